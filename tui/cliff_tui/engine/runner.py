@@ -1,0 +1,320 @@
+"""One run of the seed's experiment, publishing events as it goes.
+
+1. load the model and create the context (n_ctx = depth + n_gen, padded as llama.cpp pads);
+   llama.cpp reserves the whole KV cache here, and logs each buffer's size;
+2. baseline: memory, and decode tok/s after a minimal prompt;
+3. deep prefill to ``depth`` in batches, with short decode probes on the way (they give the
+   depth trend that sign 3 is judged against, and are removed from the cache after);
+4. ``n_gen`` tokens of decode at depth, in windows; the memory peak is tracked throughout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+from cliff_tui.analysis.speed import classify_speed, window_rate
+from cliff_tui.analysis.theory import CACHE_TYPE_BYTES, kv_bytes_per_token, pad_n_ctx
+from cliff_tui.engine.errors import BadInput, Cancelled, CliffError, DoesNotFit
+from cliff_tui.engine.gguf_meta import read_model_info
+from cliff_tui.engine.llama import Context, LoadedModel, supports_gpu_offload
+from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line, parse_flash_attn
+from cliff_tui.engine.memory import MemoryTracker
+from cliff_tui.engine.tokens import MINIMAL_PROMPT, prompt_tokens
+from cliff_tui.events import (
+    BufferSize, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice,
+    RunFailed, RunFinished, RunProgress, RunResult, RunSettings, RunStarted,
+)
+from cliff_tui.probes.nvidia import NvidiaProbe
+from cliff_tui.probes.sampler import Sampler, SamplerThread
+from cliff_tui.units import fmt_bytes
+
+Publish = Callable[[object], None]
+QUANTISED = {t for t in CACHE_TYPE_BYTES if t.startswith(("q", "iq"))}
+
+
+@dataclass
+class RunOptions:
+    run_id: str = ""
+    probes: int = 7
+    probe_tokens: int = 8
+    baseline_tokens: int = 32
+    window_tokens: int = 8
+    state_in: str | None = None
+    state_out: str | None = None
+    sample_interval: float = 0.25
+    progress_interval: float = 0.25
+
+
+def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
+    """Check the knobs; returns the settings to use and what was changed, in words."""
+    notes: list[str] = []
+    for flag, value in (("-ctk", settings.cache_type_k), ("-ctv", settings.cache_type_v)):
+        if value not in CACHE_TYPE_BYTES:
+            raise BadInput(f"{flag} {value}: unknown cache type (use one of {', '.join(CACHE_TYPE_BYTES)})")
+    if settings.depth < 1 or settings.n_gen < 2:
+        raise BadInput("--depth must be ≥ 1 and --n-gen ≥ 2")
+    if settings.cache_type_v in QUANTISED:
+        if settings.flash_attn == "off":
+            raise BadInput(f"a quantised V cache (-ctv {settings.cache_type_v}) needs flash attention: "
+                           "use -fa on (or leave -fa auto)")
+        if settings.flash_attn == "auto":
+            settings = dataclasses.replace(settings, flash_attn="on")
+            notes.append(f"flash attention turned on: a quantised V cache (-ctv {settings.cache_type_v}) needs it")
+    if not settings.threads:
+        settings = dataclasses.replace(settings, threads=default_threads())
+    need = settings.depth + settings.n_gen
+    if settings.n_ctx is not None and settings.n_ctx < need:
+        raise BadInput(f"-c {settings.n_ctx} is smaller than --depth + --n-gen = {need}")
+    return settings, notes
+
+
+def default_threads() -> int:
+    """Physical cores this process may use: llama.cpp's own default (4) oversubscribes small
+    machines, which halves decode speed and doubles its noise."""
+    import psutil
+
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        allowed = os.cpu_count() or 1
+    return max(1, min(allowed, psutil.cpu_count(logical=False) or allowed))
+
+
+def context_size(settings: RunSettings) -> int:
+    return pad_n_ctx(settings.n_ctx or settings.depth + settings.n_gen)
+
+
+class Run:
+    def __init__(self, settings: RunSettings, publish: Publish, *, cancel: threading.Event | None = None,
+                 options: RunOptions | None = None, sampler: Sampler | None = None) -> None:
+        self.options = options or RunOptions()
+        self.run_id = self.options.run_id or uuid.uuid4().hex[:8]
+        self.settings = settings
+        self.publish = publish
+        self.cancel = cancel or threading.Event()
+        self.sampler = sampler or Sampler(pid=os.getpid(), nvidia=NvidiaProbe(pcie=False))
+        self.tracker = MemoryTracker()
+        self.buffers: list[BufferSize] = []
+        self.flash_attn_on: bool | None = None
+        self._last_progress = 0.0
+
+    # --- the experiment -------------------------------------------------------------------
+
+    def execute(self) -> RunResult:
+        """Run it; publishes RunFinished, or RunFailed and re-raises the :class:`CliffError`."""
+        n_ctx = None
+        try:
+            self.settings, notes = resolve_settings(self.settings)
+            n_ctx = context_size(self.settings)
+            for note in notes:
+                self.publish(Notice(time.time(), note))
+            model_info = read_model_info(self.settings.model_path)
+            return self._execute(model_info, n_ctx)
+        except CliffError as exc:
+            self.publish(RunFailed(time.time(), self.run_id, exc.kind, str(exc),
+                                   n_ctx=getattr(exc, "n_ctx", None) or n_ctx, depth=self.settings.depth))
+            raise
+
+    def _execute(self, info: ModelInfo, n_ctx: int) -> RunResult:
+        s = self.settings
+        t0 = time.monotonic()
+        self.publish(RunStarted(time.time(), self.run_id, s, info, n_ctx))
+        self._progress("load", 0, force=True)
+        self._check_host_memory(info, n_ctx)
+        tracking = SamplerThread(self.sampler, self.tracker.observe, self.options.sample_interval)
+        model = context = None
+        stop_listening = LlamaLog.install().listen(self._on_log)
+        try:
+            model = LoadedModel(s.model_path, s.n_gpu_layers, self.cancel)
+            context = Context(model, n_ctx, s)
+            self.publish(BuffersReported(time.time(), self.run_id, tuple(self.buffers)))
+            self._check_cancel()
+            created = self.sampler.sample()
+            tracking.start()
+            baseline_tok_s, base_point = self._baseline(model, context)
+            baseline = self.sampler.sample()
+            self.tracker.mark_baseline(baseline)
+            context.clear()
+            started_from, prefill_tok_s, points = self._prefill(model, context)
+            self.tracker.mark_steady()
+            depth_tok_s, depth_points = self._decode_at_depth(model, context)
+            self.tracker.observe(self.sampler.sample())
+        finally:
+            stop_listening()
+            tracking.stop()
+            if context is not None:
+                context.free()
+            if model is not None:
+                model.free()
+        all_points = (base_point, *points, *depth_points)
+        verdict = classify_speed(baseline_tok_s, depth_tok_s, s.depth, all_points, self.tracker.throttle_seen)
+        result = self._result(info, n_ctx, created, baseline_tok_s, depth_tok_s, prefill_tok_s, started_from,
+                              all_points, verdict, time.monotonic() - t0)
+        self._progress("done", s.depth, force=True)
+        self.publish(RunFinished(time.time(), result))
+        return result
+
+    def _baseline(self, model: LoadedModel, context: Context) -> tuple[float | None, DecodePoint]:
+        self._progress("baseline", 0, force=True)
+        prompt = model.tokenize(MINIMAL_PROMPT, add_bos=True)
+        context.decode(prompt)
+        n = min(self.options.baseline_tokens, max(2, self.settings.n_gen))
+        durations = self._generate(model, context, n, "baseline", emit_text=False)
+        rate = _steady_rate(durations)
+        return rate, DecodePoint(depth=len(prompt), ms_per_token=1000 / rate, n_tokens=n, phase="baseline")
+
+    def _prefill(self, model: LoadedModel, context: Context) -> tuple[int, float | None, list[DecodePoint]]:
+        s, opt = self.settings, self.options
+        tokens = prompt_tokens(model, s.depth, s.prompt_file)
+        reached = 0
+        if opt.state_in:
+            reached = min(context.load_state(opt.state_in), s.depth)
+            context.truncate(reached)
+        started_from = reached
+        checkpoints = [s.depth * k // (opt.probes + 1) for k in range(1, opt.probes + 1)]
+        checkpoints = [c for c in checkpoints if c > reached]
+        points: list[DecodePoint] = []
+        t_start = time.perf_counter()
+        context.abort_on(self.cancel)
+        try:
+            while reached < s.depth:
+                stop = min(s.depth, reached + context.n_batch, *(c for c in checkpoints if c > reached))
+                t = time.perf_counter()
+                context.decode(tokens[reached:stop])
+                context.synchronize()
+                rate = (stop - reached) / max(time.perf_counter() - t, 1e-9)
+                reached = stop
+                self._progress("prefill", reached, prefill_tok_s=rate,
+                               eta_s=(s.depth - reached) / rate + s.n_gen / 10)
+                if reached in checkpoints and reached < s.depth:
+                    context.abort_on(None)
+                    points.append(self._probe(model, context, reached))
+                    context.abort_on(self.cancel)
+        finally:
+            context.abort_on(None)
+        elapsed = time.perf_counter() - t_start
+        prefill_rate = (s.depth - started_from) / elapsed if s.depth > started_from and elapsed > 0 else None
+        if opt.state_out:
+            context.save_state(opt.state_out, tokens[: s.depth])
+        return started_from, prefill_rate, points
+
+    def _probe(self, model: LoadedModel, context: Context, depth: int) -> DecodePoint:
+        durations = self._generate(model, context, self.options.probe_tokens, "probe", emit_text=False)
+        context.truncate(depth)
+        ms = statistics.median(durations) * 1000
+        return DecodePoint(depth=depth, ms_per_token=ms, n_tokens=len(durations), phase="probe")
+
+    def _decode_at_depth(self, model: LoadedModel, context: Context) -> tuple[float | None, list[DecodePoint]]:
+        self._progress("decode", self.settings.depth, force=True)
+        durations = self._generate(model, context, self.settings.n_gen, "depth", emit_text=True)
+        w = self.options.window_tokens
+        points = [DecodePoint(depth=self.settings.depth + i, ms_per_token=statistics.median(durations[i:i + w]) * 1000,
+                              n_tokens=len(durations[i:i + w]), phase="depth")
+                  for i in range(0, len(durations), w)]
+        return _steady_rate(durations), points
+
+    def _generate(self, model: LoadedModel, context: Context, n: int, phase: str, emit_text: bool) -> list[float]:
+        """Greedy decode of ``n`` tokens, one ``llama_decode`` each; per-token wall seconds."""
+        durations: list[float] = []
+        window: list[float] = []
+        text: list[str] = []
+        token = context.greedy_token()
+        start_depth = context.used_cells()
+        for i in range(n):
+            self._check_cancel()
+            t = time.perf_counter()
+            context.decode((token,))
+            context.synchronize()
+            token = context.greedy_token()
+            dt = time.perf_counter() - t
+            durations.append(dt)
+            window.append(dt)
+            if emit_text:
+                text.append(model.piece(token))
+            if len(window) == self.options.window_tokens or i == n - 1:
+                rate, spread = window_rate(window)
+                self.publish(DecodeWindow(time.time(), self.run_id, phase, start_depth + i + 1 - len(window),
+                                          len(window), rate, spread))
+                if text:
+                    self.publish(GeneratedText(time.time(), self.run_id, "".join(text)))
+                window, text = [], []
+                if phase == "depth":
+                    self._progress("decode", start_depth + i + 1, eta_s=(n - i - 1) / rate if rate else None)
+        return durations
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled("cancelled")
+
+    def _progress(self, phase: str, depth: int, *, force: bool = False, prefill_tok_s: float | None = None,
+                  eta_s: float | None = None) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_progress < self.options.progress_interval:
+            return
+        self._last_progress = now
+        self.publish(RunProgress(time.time(), self.run_id, phase, depth, self.settings.depth, prefill_tok_s, eta_s))
+
+    def _on_log(self, line: LogLine) -> None:
+        buffer = parse_buffer_line(line.text)
+        if buffer is not None:
+            self.buffers.append(buffer)
+        flash = parse_flash_attn(line.text)
+        if flash is not None:
+            self.flash_attn_on = flash
+        self.publish(line)
+
+    def _check_host_memory(self, info: ModelInfo, n_ctx: int) -> None:
+        """A context far beyond RAM + swap would not fail cleanly on the host (the allocator
+        overcommits and the kernel kills us later): refuse it up front, from the textbook size."""
+        s = self.settings
+        if s.n_gpu_layers != 0 and supports_gpu_offload():
+            return
+        per_token = kv_bytes_per_token(info, s.cache_type_k, s.cache_type_v)
+        if per_token is None:
+            return
+        need = per_token * n_ctx + info.size_bytes
+        sample = self.sampler.sample()
+        have = sample.ram.available_bytes + (sample.swap.total_bytes - sample.swap.used_bytes)
+        if need > have:
+            raise DoesNotFit(f"a context of {n_ctx:,} tokens does not fit: its KV cache alone needs about "
+                             f"{fmt_bytes(per_token * n_ctx)} in RAM (textbook) and {fmt_bytes(have)} is free "
+                             "with swap — try a smaller depth or -ctk q8_0 -ctv q8_0", n_ctx=n_ctx)
+
+    def _result(self, info: ModelInfo, n_ctx: int, created, baseline_tok_s, depth_tok_s, prefill_tok_s,
+                started_from: int, points, verdict, elapsed: float) -> RunResult:
+        t = self.tracker
+        base = t.baseline
+        by_kind: dict[str, dict[str, int]] = {"model": {}, "kv": {}, "compute": {}}
+        for b in self.buffers:
+            if b.kind in by_kind:
+                by_kind[b.kind][b.device] = by_kind[b.kind].get(b.device, 0) + b.bytes
+        kv_device = max(by_kind["kv"], key=by_kind["kv"].get) if by_kind["kv"] else None
+        return RunResult(
+            run_id=self.run_id, settings=self.settings, model_name=info.name, n_ctx=n_ctx,
+            depth=self.settings.depth, n_gen=self.settings.n_gen, kv_device=kv_device,
+            kv_buffers=by_kind["kv"], model_buffers=by_kind["model"], compute_buffers=by_kind["compute"],
+            baseline_tok_s=baseline_tok_s, depth_tok_s=depth_tok_s, prefill_tok_s=prefill_tok_s,
+            prefilled_tokens=self.settings.depth - started_from, decode_points=tuple(points), verdict=verdict,
+            ram_baseline_bytes=base.ram.used_bytes, ram_peak_bytes=t.ram_peak,
+            swap_baseline_bytes=base.swap.used_bytes, swap_peak_bytes=t.swap_peak,
+            rss_created_bytes=created.process.total_rss_bytes if created.process else None,
+            rss_baseline_bytes=base.process.total_rss_bytes if base.process else None,
+            rss_peak_bytes=t.rss_peak, rss_noise_bytes=t.rss_noise(),
+            gpus=t.gpu_deltas(), gpus_reason=base.gpus_reason, elapsed_s=elapsed, started_from_depth=started_from,
+        )
+
+
+def _steady_rate(durations: list[float]) -> float | None:
+    """tok/s without the first token (it pays for warm-up), as llama-bench averages."""
+    steady = durations[1:] if len(durations) > 2 else durations
+    total = sum(steady)
+    return len(steady) / total if total > 0 else None

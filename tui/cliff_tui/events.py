@@ -1,0 +1,407 @@
+"""The records that travel on the event stream.
+
+Every producer (probes, the generation engine, a recording being replayed, an attached server)
+publishes these; every consumer (sign detectors, triangulation, recorder, screens, headless
+printers) reads them. A reading that a platform cannot give is ``None`` with a human reason in
+the record's ``reasons`` mapping, never a fake zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+
+# --- readings ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RamReading:
+    used_bytes: int
+    total_bytes: int
+    available_bytes: int
+
+
+@dataclass(frozen=True)
+class SwapReading:
+    used_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class ProcessReading:
+    pid: int
+    name: str | None
+    rss_bytes: int | None
+    children_rss_bytes: int | None
+    n_children: int = 0
+    gpu_used_bytes: int | None = None
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_rss_bytes(self) -> int | None:
+        if self.rss_bytes is None:
+            return None
+        return self.rss_bytes + (self.children_rss_bytes or 0)
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    name: str
+    vendor: str
+    vram_used_bytes: int | None
+    vram_total_bytes: int | None
+    vram_reserved_bytes: int | None = None
+    shared_used_bytes: int | None = None
+    shared_total_bytes: int | None = None
+    util_pct: float | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+    pcie_rx_bytes_s: float | None = None
+    pcie_tx_bytes_s: float | None = None
+    processes: tuple[GpuProcess, ...] | None = None
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading of every memory tier, bus and clock, taken at ``t`` (Unix seconds)."""
+
+    t: float
+    ram: RamReading
+    swap: SwapReading
+    gpus: tuple[GpuReading, ...] = ()
+    gpus_reason: str | None = None
+    process: ProcessReading | None = None
+
+
+# --- a generation run -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the GGUF header says about a model (no weights loaded)."""
+
+    path: str
+    name: str
+    size_bytes: int
+    architecture: str | None
+    n_layer: int | None
+    n_head: int | None
+    n_head_kv: int | None
+    head_dim_k: int | None
+    head_dim_v: int | None
+    n_ctx_train: int | None
+    sliding_window: int | None = None
+    file_type: str | None = None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """llama.cpp's own knobs, named as its flags are."""
+
+    model_path: str
+    depth: int
+    n_gen: int
+    n_ctx: int | None = None
+    n_gpu_layers: int = -1
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: str = "auto"
+    threads: int | None = None
+    batch_size: int = 2048
+    ubatch_size: int = 512
+    prompt_file: str | None = None
+
+
+@dataclass(frozen=True)
+class BufferSize:
+    """One line of llama.cpp's buffer log: ``<device> <kind> buffer size = X MiB``."""
+
+    device: str
+    kind: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class DecodePoint:
+    """Decode speed measured at one depth (KV cells in use)."""
+
+    depth: int
+    ms_per_token: float
+    n_tokens: int
+    phase: str = "probe"
+
+
+@dataclass(frozen=True)
+class GpuDelta:
+    index: int
+    name: str
+    baseline_bytes: int | None
+    peak_bytes: int | None
+    shared_baseline_bytes: int | None
+    shared_peak_bytes: int | None
+    process_peak_bytes: int | None = None
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def delta_bytes(self) -> int | None:
+        if self.baseline_bytes is None or self.peak_bytes is None:
+            return None
+        return self.peak_bytes - self.baseline_bytes
+
+    @property
+    def shared_delta_bytes(self) -> int | None:
+        if self.shared_baseline_bytes is None or self.shared_peak_bytes is None:
+            return None
+        return self.shared_peak_bytes - self.shared_baseline_bytes
+
+
+@dataclass(frozen=True)
+class SpeedVerdict:
+    """Sign 3: the measured slowdown set against the decline that depth alone explains."""
+
+    level: str  # "ok" | "amber" | "red" | "unknown"
+    text: str
+    raw_drop_pct: float | None
+    expected_tok_s: float | None
+    drop_vs_expected_pct: float | None
+    knee_depth: int | None = None
+    cause: str | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The seed's measurements for one context: memory peak − baseline, speed baseline → depth."""
+
+    run_id: str
+    settings: RunSettings
+    model_name: str
+    n_ctx: int
+    depth: int
+    n_gen: int
+    kv_device: str | None
+    kv_buffers: dict[str, int]
+    model_buffers: dict[str, int]
+    compute_buffers: dict[str, int]
+    baseline_tok_s: float | None
+    depth_tok_s: float | None
+    prefill_tok_s: float | None
+    prefilled_tokens: int
+    decode_points: tuple[DecodePoint, ...]
+    verdict: SpeedVerdict
+    ram_baseline_bytes: int
+    ram_peak_bytes: int
+    swap_baseline_bytes: int
+    swap_peak_bytes: int
+    rss_created_bytes: int | None
+    rss_baseline_bytes: int | None
+    rss_peak_bytes: int | None
+    rss_noise_bytes: float | None
+    gpus: tuple[GpuDelta, ...]
+    gpus_reason: str | None
+    elapsed_s: float
+    started_from_depth: int = 0
+
+    @property
+    def drop_pct(self) -> float | None:
+        return self.verdict.raw_drop_pct
+
+    @property
+    def ram_delta_bytes(self) -> int:
+        return self.ram_peak_bytes - self.ram_baseline_bytes
+
+    @property
+    def swap_delta_bytes(self) -> int:
+        return self.swap_peak_bytes - self.swap_baseline_bytes
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Everything llama.cpp said it allocated (model + KV + compute, all devices)."""
+        return sum(self.model_buffers.values()) + sum(self.kv_buffers.values()) + sum(
+            self.compute_buffers.values()
+        )
+
+
+# --- the events -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    t: float
+    run_id: str
+    settings: RunSettings
+    model: ModelInfo
+    n_ctx: int
+
+
+@dataclass(frozen=True)
+class BuffersReported:
+    t: float
+    run_id: str
+    buffers: tuple[BufferSize, ...]
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    t: float
+    run_id: str
+    phase: str  # "load" | "baseline" | "prefill" | "decode" | "done"
+    depth: int
+    depth_target: int
+    prefill_tok_s: float | None = None
+    eta_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DecodeWindow:
+    """A window of decoded tokens: its rate and the spread of per-token rates inside it."""
+
+    t: float
+    run_id: str
+    phase: str  # "baseline" | "probe" | "depth"
+    depth: int
+    n_tokens: int
+    tok_s: float
+    spread_tok_s: float
+
+
+@dataclass(frozen=True)
+class GeneratedText:
+    """Generated text; recorded only with ``--record-text``."""
+
+    t: float
+    run_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    t: float
+    result: RunResult
+
+
+@dataclass(frozen=True)
+class RunFailed:
+    t: float
+    run_id: str
+    kind: str  # "does_not_fit" | "bad_input" | "cancelled" | "error"
+    message: str
+    n_ctx: int | None = None
+    depth: int | None = None
+
+
+@dataclass(frozen=True)
+class TriangulationPlanned:
+    t: float
+    depths: tuple[int, ...]
+    kv_types: tuple[str, ...]
+    target: int
+    reserve_bytes: int | None
+    ram_available_bytes: int | None = None
+    vram_total_bytes: tuple[int | None, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Alert:
+    t: float
+    sign: int
+    level: str  # "info" | "amber" | "red" | "ok"
+    message: str
+
+
+@dataclass(frozen=True)
+class LogLine:
+    t: float
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Notice:
+    t: float
+    text: str
+    level: str = "info"
+
+
+# --- an attached server -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlotReading:
+    id: int
+    n_ctx: int | None
+    tokens_used: int | None
+    processing: bool | None
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    name: str
+    size_bytes: int | None
+    size_vram_bytes: int | None
+    context_length: int | None
+
+
+@dataclass(frozen=True)
+class SessionReading:
+    """What an attached llama-server or Ollama reported at ``t``."""
+
+    t: float
+    source: str  # "llama-server" | "ollama"
+    url: str
+    status: str  # "ok" | "unreachable" | "no-metrics" | "not-llama" | "error"
+    message: str = ""
+    tokens_predicted_total: float | None = None
+    tokens_predicted_seconds_total: float | None = None
+    prompt_tokens_total: float | None = None
+    prompt_seconds_total: float | None = None
+    requests_processing: int | None = None
+    slots: tuple[SlotReading, ...] = ()
+    models: tuple[ServedModel, ...] = ()
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+Event = Union[
+    Sample,
+    RunStarted,
+    BuffersReported,
+    RunProgress,
+    DecodeWindow,
+    GeneratedText,
+    RunFinished,
+    RunFailed,
+    TriangulationPlanned,
+    Alert,
+    LogLine,
+    Notice,
+    SessionReading,
+]
+
+EVENT_TYPES: dict[str, type] = {
+    "sample": Sample,
+    "run_started": RunStarted,
+    "buffers": BuffersReported,
+    "progress": RunProgress,
+    "decode_window": DecodeWindow,
+    "text": GeneratedText,
+    "run_finished": RunFinished,
+    "run_failed": RunFailed,
+    "triangulation_planned": TriangulationPlanned,
+    "alert": Alert,
+    "log": LogLine,
+    "notice": Notice,
+    "session": SessionReading,
+}
+
+EVENT_NAMES: dict[type, str] = {cls: name for name, cls in EVENT_TYPES.items()}

@@ -1,0 +1,123 @@
+"""The pipeline with no screen: samples and a job on threads, results printed at the end.
+
+Used by ``--once``, ``--headless`` and scripts; the same bus, pipeline and jobs as the TUI.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator, TextIO
+
+from cliff_tui.bus import EventBus
+from cliff_tui.events import Alert, Notice, RunFailed, RunProgress, Sample
+from cliff_tui.jobs import Job
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.probes.sampler import Sampler, SamplerThread
+from cliff_tui.report import sample_record
+from cliff_tui.units import fmt_bytes, fmt_duration
+
+
+class Headless:
+    def __init__(self, sampler: Sampler, interval: float, *, pipeline: Pipeline | None = None,
+                 stderr: TextIO = sys.stderr) -> None:
+        self.bus = EventBus()
+        self.pipeline = pipeline or Pipeline()
+        self.sampler = sampler
+        self.interval = interval
+        self.stderr = stderr
+        self.cancel = threading.Event()
+        self._lock = threading.Lock()
+        self.bus.subscribe(self._feed)
+
+    def _feed(self, event: object) -> None:
+        with self._lock:
+            alerts = self.pipeline.feed(event)
+        for alert in alerts:
+            self.bus.publish(alert)
+
+    def publish(self, event: object) -> None:
+        self.bus.publish(event)
+
+    @contextmanager
+    def sampling(self) -> Iterator[None]:
+        thread = SamplerThread(self.sampler, self.publish, self.interval).start()
+        try:
+            yield
+        finally:
+            thread.stop()
+
+    def run_job(self, job: Job, progress: bool = True) -> None:
+        """Run ``job`` to the end with sampling on; progress lines go to stderr."""
+        if progress:
+            self.bus.subscribe(self._print_progress)
+        with stop_on_signals(self.cancel), self.sampling():
+            job.run(self.publish, self.cancel)
+
+    def _print_progress(self, event: object) -> None:
+        if isinstance(event, RunProgress) and event.phase in ("load", "baseline", "decode", "done"):
+            if event.phase != "decode" or event.depth == event.depth_target:
+                print(f"[{event.phase}] depth {event.depth:,}/{event.depth_target:,}", file=self.stderr)
+        elif isinstance(event, RunProgress) and event.phase == "prefill":
+            now = time.monotonic()
+            if now - getattr(self, "_last_prefill_print", 0) > 10:
+                self._last_prefill_print = now
+                rate = f"{event.prefill_tok_s:.0f} tok/s" if event.prefill_tok_s else ""
+                print(f"[prefill] depth {event.depth:,}/{event.depth_target:,} {rate} "
+                      f"ETA {fmt_duration(event.eta_s)}", file=self.stderr)
+        elif isinstance(event, (Notice, Alert)):
+            print(f"[{getattr(event, 'level', 'info')}] {_text(event)}", file=self.stderr)
+        elif isinstance(event, RunFailed) and event.kind == "does_not_fit":
+            print(f"[does not fit] {event.message}", file=self.stderr)
+
+    def watch(self, out: TextIO, as_json: bool) -> None:
+        """Print a line per sample until SIGINT/SIGTERM (cron, nohup, systemd)."""
+        def show(event: object) -> None:
+            if isinstance(event, Sample):
+                print(json.dumps(sample_record(event)) if as_json else watch_line(event), file=out, flush=True)
+
+        self.bus.subscribe(show)
+        with stop_on_signals(self.cancel), self.sampling():
+            while not self.cancel.wait(0.2):
+                pass
+
+
+def _text(event: object) -> str:
+    return getattr(event, "text", None) or getattr(event, "message", "")
+
+
+def watch_line(s: Sample) -> str:
+    parts = [time.strftime("%H:%M:%S", time.localtime(s.t)),
+             f"RAM {fmt_bytes(s.ram.used_bytes)}/{fmt_bytes(s.ram.total_bytes)}",
+             f"swap {fmt_bytes(s.swap.used_bytes)}/{fmt_bytes(s.swap.total_bytes)}"]
+    for g in s.gpus:
+        parts.append(f"GPU{g.index} {fmt_bytes(g.vram_used_bytes)}/{fmt_bytes(g.vram_total_bytes)} "
+                     f"shared {fmt_bytes(g.shared_used_bytes)}")
+    if s.process is not None:
+        parts.append(f"PID {s.process.pid} RSS {fmt_bytes(s.process.total_rss_bytes)}")
+    return "  ".join(parts)
+
+
+@contextmanager
+def stop_on_signals(cancel: threading.Event) -> Iterator[None]:
+    """SIGINT/SIGTERM set ``cancel`` (the job stops at its next check) instead of killing us
+    mid-write; a second SIGINT raises KeyboardInterrupt as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        if cancel.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        cancel.set()
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)

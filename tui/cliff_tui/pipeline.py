@@ -1,0 +1,287 @@
+"""The consumer every front end shares: feed it events, read what the screens show.
+
+Live, replayed and headless sessions all push their events through :meth:`Pipeline.feed`; the
+signs, the run views and the triangulation are recomputed here, never stored by a producer, so
+a replayed recording shows exactly what the live session showed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from cliff_tui.analysis import thresholds as th
+from cliff_tui.analysis.session import SessionRateMeter, SessionRates
+from cliff_tui.analysis.signs import SignState, SpillBaselines, ram_trend, sign1, sign2, sign3
+from cliff_tui.analysis.speed import classify_speed
+from cliff_tui.analysis.theory import kv_bytes_per_token
+from cliff_tui.analysis.triangulation import Triangulation, gpu_index_of, triangulate
+from cliff_tui.events import (
+    Alert, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice, RunFailed,
+    RunFinished, RunProgress, RunResult, RunStarted, Sample, SessionReading, SpeedVerdict, TriangulationPlanned,
+)
+from cliff_tui.history import DEFAULT_CAPACITY, History
+
+GENERATING_PHASES = ("baseline", "decode")
+
+
+@dataclass
+class RunView:
+    started: RunStarted
+    buffers: tuple = ()
+    progress: RunProgress | None = None
+    windows: list[DecodeWindow] = field(default_factory=list)
+    result: RunResult | None = None
+    failure: RunFailed | None = None
+
+    @property
+    def kv_device(self) -> str | None:
+        kv = [b for b in self.buffers if b.kind == "kv"]
+        return max(kv, key=lambda b: b.bytes).device if kv else None
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None or self.failure is not None
+
+    def points(self) -> list[DecodePoint]:
+        return [DecodePoint(w.depth, 1000.0 / w.tok_s, w.n_tokens, w.phase) for w in self.windows if w.tok_s > 0]
+
+    def rate(self, phase: str) -> float | None:
+        windows = [w for w in self.windows if w.phase == phase and w.tok_s > 0]
+        if not windows:
+            return None
+        tokens = sum(w.n_tokens for w in windows)
+        return tokens / sum(w.n_tokens / w.tok_s for w in windows)
+
+    def verdict(self, throttle: set[str]) -> SpeedVerdict | None:
+        if self.result is not None:
+            return self.result.verdict
+        if not any(w.phase == "depth" for w in self.windows):
+            return None
+        return classify_speed(self.rate("baseline"), self.rate("depth"), self.started.settings.depth,
+                              self.points(), throttle)
+
+
+class Pipeline:
+    def __init__(self, *, target: int | None = None, history_capacity: int = DEFAULT_CAPACITY) -> None:
+        self.history = History(history_capacity)
+        self.first: Sample | None = None
+        self.latest: Sample | None = None
+        self.runs: dict[str, RunView] = {}
+        self.current: RunView | None = None
+        self.plan: TriangulationPlanned | None = None
+        self.target = target
+        self.log: deque[LogLine] = deque(maxlen=4000)
+        self.notices: deque[Notice] = deque(maxlen=50)
+        self.alerts: deque[Alert] = deque(maxlen=200)
+        self.text: deque[str] = deque(maxlen=200)
+        self.session: SessionReading | None = None
+        self.session_rates: SessionRates | None = None
+        self._session_meter = SessionRateMeter()
+        self._session_points: list[DecodePoint] = []
+        self._baselines = SpillBaselines()
+        self._throttle: set[str] = set()
+        self.signs: dict[int, SignState] = {1: SignState(1, "na", "…", "waiting for a sample"),
+                                            2: SignState(2, "ok", "RAM trend …", "collecting samples"),
+                                            3: sign3(None)}
+        self._triangulations: dict[str, Triangulation] | None = None
+        self.changes = itertools.count()
+        self.version = 0
+
+    # --- feeding --------------------------------------------------------------------------
+
+    def feed(self, event: Any) -> list[Alert]:
+        """Take one event; returns the alerts it raised (already kept in ``alerts``)."""
+        handler = self._HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+        self.version = next(self.changes)
+        return self._update_signs(event)
+
+    def _on_sample(self, s: Sample) -> None:
+        self.first = self.first or s
+        self.latest = s
+        h = self.history
+        h.add("ram.used", s.t, s.ram.used_bytes)
+        h.add("swap.used", s.t, s.swap.used_bytes)
+        for g in s.gpus:
+            h.add(f"gpu{g.index}.vram", s.t, g.vram_used_bytes)
+            h.add(f"gpu{g.index}.shared", s.t, g.shared_used_bytes)
+            h.add(f"gpu{g.index}.pcie_rx", s.t, g.pcie_rx_bytes_s)
+            if self.generating and g.throttle_reasons:
+                self._throttle.update(g.throttle_reasons)
+        if s.process is not None:
+            h.add("process.rss", s.t, s.process.total_rss_bytes)
+        self._baselines.update(s)
+
+    def _on_run_started(self, e: RunStarted) -> None:
+        self.current = self.runs[e.run_id] = RunView(e)
+        self._baselines.retake()
+        self._throttle = set()
+
+    def _on_buffers(self, e: BuffersReported) -> None:
+        if e.run_id in self.runs:
+            self.runs[e.run_id].buffers = e.buffers
+
+    def _on_progress(self, e: RunProgress) -> None:
+        if e.run_id in self.runs:
+            self.runs[e.run_id].progress = e
+
+    def _on_window(self, e: DecodeWindow) -> None:
+        if e.run_id in self.runs:
+            self.runs[e.run_id].windows.append(e)
+        self.history.add("tok_s", e.t, e.tok_s)
+
+    def _on_finished(self, e: RunFinished) -> None:
+        view = self.runs.get(e.result.run_id)
+        if view is not None:
+            view.result = e.result
+        self._triangulations = None
+
+    def _on_failed(self, e: RunFailed) -> None:
+        view = self.runs.get(e.run_id)
+        if view is not None:
+            view.failure = e
+        self._triangulations = None
+
+    def _on_plan(self, e: TriangulationPlanned) -> None:
+        self.plan = e
+        self.target = self.target or e.target
+        self._triangulations = None
+
+    def _on_session(self, e: SessionReading) -> None:
+        self.session = e
+        self.session_rates = self._session_meter.update(e)
+        rate = self.session_rates.decode_tok_s
+        if e.status == "ok" and rate is not None and self._session_rate_is_new(e):
+            self.history.add("tok_s", e.t, rate)
+            used = max((s.tokens_used or 0 for s in e.slots), default=0)
+            self._session_points.append(DecodePoint(used, 1000.0 / rate, 1, "depth"))
+
+    def _session_rate_is_new(self, e: SessionReading) -> bool:
+        series = self.history.get("tok_s")
+        return not series.values or series.last != self.session_rates.decode_tok_s
+
+    _HANDLERS: dict[type, Any] = {
+        Sample: _on_sample,
+        RunStarted: _on_run_started,
+        BuffersReported: _on_buffers,
+        RunProgress: _on_progress,
+        DecodeWindow: _on_window,
+        RunFinished: _on_finished,
+        RunFailed: _on_failed,
+        TriangulationPlanned: _on_plan,
+        SessionReading: _on_session,
+        LogLine: lambda self, e: self.log.append(e),
+        Notice: lambda self, e: self.notices.append(e),
+        GeneratedText: lambda self, e: self.text.append(e.text),
+    }
+
+    # --- what the screens read ------------------------------------------------------------
+
+    @property
+    def generating(self) -> bool:
+        if self.current is not None and not self.current.finished:
+            progress = self.current.progress
+            return progress is not None and progress.phase in GENERATING_PHASES
+        session = self.session
+        return bool(session and session.status == "ok" and (session.requests_processing or 0) > 0)
+
+    @property
+    def kv_on_gpu(self) -> bool | None:
+        if self.current is not None and self.current.kv_device:
+            return gpu_index_of(self.current.kv_device) is not None
+        session = self.session
+        if session and session.models:
+            return any((m.size_vram_bytes or 0) > 0 for m in session.models)
+        return None
+
+    @property
+    def model(self) -> ModelInfo | None:
+        return self.current.started.model if self.current else None
+
+    @property
+    def results(self) -> list[RunResult]:
+        return [v.result for v in self.runs.values() if v.result is not None]
+
+    @property
+    def failures(self) -> list[RunFailed]:
+        return [v.failure for v in self.runs.values() if v.failure is not None]
+
+    @property
+    def last_failure(self) -> RunFailed | None:
+        for view in reversed(list(self.runs.values())):
+            if view.failure is not None and view.failure.kind != "cancelled":
+                return view.failure
+        return None
+
+    def speed_verdict(self) -> SpeedVerdict | None:
+        if self.current is not None:
+            return self.current.verdict(self._throttle)
+        if len(self._session_points) >= th.FIT_MIN_POINTS + 1:
+            points = self._session_points
+            baseline = 1000.0 / points[0].ms_per_token
+            latest = points[-1]
+            return classify_speed(baseline, 1000.0 / latest.ms_per_token, latest.depth, points[:-1] + [latest],
+                                  self._throttle)
+        return None
+
+    def live_tok_s(self) -> float | None:
+        return self.history.get("tok_s").last
+
+    def set_target(self, target: int) -> None:
+        self.target = target
+        self._triangulations = None
+        self.version = next(self.changes)
+
+    def triangulations(self) -> dict[str, Triangulation]:
+        """One triangulation per KV cache type, over the runs finished so far."""
+        if self._triangulations is None:
+            self._triangulations = self._triangulate()
+        return self._triangulations
+
+    def _triangulate(self) -> dict[str, Triangulation]:
+        groups: dict[str, tuple[list[RunResult], list[RunFailed], ModelInfo | None, tuple[str, str]]] = {}
+        for view in self.runs.values():
+            s = view.started.settings
+            key = s.cache_type_k if s.cache_type_k == s.cache_type_v else f"{s.cache_type_k}/{s.cache_type_v}"
+            results, failures, _, _ = groups.setdefault(key, ([], [], view.started.model, (s.cache_type_k,
+                                                                                           s.cache_type_v)))
+            if view.result is not None:
+                results.append(view.result)
+            elif view.failure is not None:
+                failures.append(view.failure)
+        out = {}
+        for key, (results, failures, model, (tk, tv)) in groups.items():
+            if not results and not failures:
+                continue
+            theory = kv_bytes_per_token(model, tk, tv) if model else None
+            out[key] = triangulate(results, failures, self.plan, theory, self.target)
+        return out
+
+    # --- signs ----------------------------------------------------------------------------
+
+    def _update_signs(self, event: Any) -> list[Alert]:
+        if isinstance(event, Sample):
+            points = self.history.get("ram.used").since(event.t - th.RAM_TREND_WINDOW_S)
+            new = {1: sign1(event, self._baselines),
+                   2: sign2(ram_trend(points), self.generating, self.kv_on_gpu)}
+        elif isinstance(event, (DecodeWindow, RunFinished, SessionReading)):
+            new = {3: sign3(self.speed_verdict(), self.live_tok_s())}
+        else:
+            return []
+        raised = []
+        for sign, state in new.items():
+            old = self.signs.get(sign)
+            if state.alarming and (old is None or _rank(state) > _rank(old)):
+                alert = Alert(getattr(event, "t", 0.0), sign, state.level, f"{state.headline}: {state.detail}")
+                self.alerts.append(alert)
+                raised.append(alert)
+            self.signs[sign] = state
+        return raised
+
+
+def _rank(state: SignState) -> int:
+    return {"amber": 1, "red": 2}.get(state.level, 0)

@@ -1,0 +1,1 @@
+"""Readers of the hardware: psutil, NVML, sysfs, Windows counters, servers. No Textual."""

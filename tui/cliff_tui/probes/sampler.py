@@ -1,0 +1,115 @@
+"""Every probe together: one :class:`Sample` per tick, taken on a thread of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+from typing import Callable
+
+from cliff_tui.events import GpuReading, ProcessReading, Sample
+from cliff_tui.probes.amd import AmdSysfsProbe
+from cliff_tui.probes.nvidia import NvidiaProbe
+from cliff_tui.probes.shared_vram import SharedVramBackend, choose_backends, fill_shared
+from cliff_tui.probes.system import ProcessProbe, read_ram, read_swap
+
+CPU_ONLY_TIERS = "RAM and swap are the memory tiers"
+
+
+class Sampler:
+    def __init__(
+        self,
+        pid: int | None = None,
+        *,
+        nvidia: NvidiaProbe | None = None,
+        amd: AmdSysfsProbe | None = None,
+        shared: list[SharedVramBackend] | None = None,
+        platform: str = sys.platform,
+    ) -> None:
+        self.nvidia = nvidia or NvidiaProbe()
+        self.amd = amd if amd is not None else (AmdSysfsProbe() if platform.startswith("linux") else None)
+        amd_cards = self.amd.cards if self.amd else []
+        self.shared = shared if shared is not None else choose_backends(platform, amd_cards)
+        self._process: ProcessProbe | None = None
+        self._lock = threading.Lock()
+        self.set_pid(pid)
+
+    def set_pid(self, pid: int | None) -> None:
+        """Follow another process (a triangulation's worker, say); ``None`` stops following."""
+        with self._lock:
+            self._process = ProcessProbe(pid) if pid is not None else None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def sample(self) -> Sample:
+        t = time.time()
+        nvidia_gpus, nvidia_reason = self.nvidia.read()
+        amd_gpus = self.amd.read(first_index=len(nvidia_gpus)) if self.amd else []
+        gpus = fill_shared([*nvidia_gpus, *amd_gpus], self.shared)
+        gpus_reason = None
+        if not gpus:
+            gpus_reason = self._no_gpu_reason(nvidia_reason)
+        with self._lock:
+            probe = self._process
+        process = probe.read() if probe else None
+        if process is not None and gpus:
+            process = _with_gpu_memory(process, gpus, probe.children_pids())
+        return Sample(t=t, ram=read_ram(), swap=read_swap(), gpus=tuple(gpus),
+                      gpus_reason=gpus_reason, process=process)
+
+    def _no_gpu_reason(self, nvidia_reason: str | None) -> str:
+        parts = [f"NVIDIA: {nvidia_reason}" if nvidia_reason else "NVIDIA: none found"]
+        if self.amd is not None:
+            parts.append("AMD: no amdgpu card in /sys/class/drm")
+        return "no GPU found (" + "; ".join(parts) + ") — " + CPU_ONLY_TIERS
+
+    def close(self) -> None:
+        self.nvidia.close()
+
+
+def _with_gpu_memory(process: ProcessReading, gpus: list[GpuReading], children: list[int]) -> ProcessReading:
+    pids = {process.pid, *children}
+    total, seen = 0, False
+    for gpu in gpus:
+        for proc in gpu.processes or ():
+            if proc.pid in pids and proc.used_bytes is not None:
+                total += proc.used_bytes
+                seen = True
+    if seen:
+        return dataclasses.replace(process, gpu_used_bytes=total)
+    reason = "NVML lists no GPU memory for this process"
+    return dataclasses.replace(process, reasons={**process.reasons, "gpu_used_bytes": reason})
+
+
+class SamplerThread:
+    """Calls ``sampler.sample()`` every ``interval`` seconds and hands each sample to ``publish``."""
+
+    def __init__(self, sampler: Sampler, publish: Callable[[Sample], None], interval: float) -> None:
+        self.sampler = sampler
+        self.publish = publish
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cliff-sampler", daemon=True)
+
+    def start(self) -> "SamplerThread":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            self.publish(self.sampler.sample())
+            next_tick += self.interval
+            delay = next_tick - time.monotonic()
+            if delay < 0:  # a slow probe (PCIe windows on many GPUs): skip ahead, don't burst
+                next_tick = time.monotonic()
+                delay = 0
+            self._stop.wait(delay)

@@ -1,0 +1,74 @@
+"""System RAM, swap and one process's resident memory, through psutil."""
+
+from __future__ import annotations
+
+import psutil
+
+from cliff_tui.events import ProcessReading, RamReading, SwapReading
+
+
+def read_ram() -> RamReading:
+    vm = psutil.virtual_memory()
+    # psutil's "used" excludes page cache and buffers, which is what competes with a model.
+    return RamReading(used_bytes=int(vm.used), total_bytes=int(vm.total),
+                      available_bytes=int(vm.available))
+
+
+def read_swap() -> SwapReading:
+    sm = psutil.swap_memory()
+    return SwapReading(used_bytes=int(sm.used), total_bytes=int(sm.total))
+
+
+class ProcessProbe:
+    """Resident memory of ``pid`` and of its children (a llama-server's workers, say)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._process: psutil.Process | None = None
+        self._reason: str | None = None
+        try:
+            self._process = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self._reason = f"no process with PID {pid}"
+        except psutil.AccessDenied:
+            self._reason = f"not allowed to read PID {pid} (try as its owner or root)"
+
+    def read(self) -> ProcessReading:
+        proc = self._process
+        if proc is None:
+            return self._missing(self._reason or f"no process with PID {self.pid}")
+        try:
+            with proc.oneshot():
+                name = proc.name()
+                rss = int(proc.memory_info().rss)
+            children_rss, n_children = _children_rss(proc)
+        except psutil.NoSuchProcess:
+            return self._missing(f"process {self.pid} has exited")
+        except psutil.AccessDenied:
+            return self._missing(f"not allowed to read PID {self.pid} (try as its owner or root)")
+        return ProcessReading(pid=self.pid, name=name, rss_bytes=rss,
+                              children_rss_bytes=children_rss, n_children=n_children)
+
+    def children_pids(self) -> list[int]:
+        if self._process is None:
+            return []
+        try:
+            return [c.pid for c in self._process.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def _missing(self, reason: str) -> ProcessReading:
+        return ProcessReading(pid=self.pid, name=None, rss_bytes=None, children_rss_bytes=None,
+                              reasons={"rss_bytes": reason})
+
+
+def _children_rss(proc: psutil.Process) -> tuple[int, int]:
+    total = 0
+    count = 0
+    for child in proc.children(recursive=True):
+        try:
+            total += int(child.memory_info().rss)
+            count += 1
+        except psutil.Error:
+            continue
+    return total, count

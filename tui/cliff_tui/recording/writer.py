@@ -1,0 +1,96 @@
+"""Append-only recorder: one JSON line per event, line-buffered so a ``kill -9`` loses at most
+the line being written. Never overwrites a file unless told to."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cliff_tui.codec import event_to_plain
+from cliff_tui.engine.errors import BadInput
+from cliff_tui.events import GeneratedText, RunFinished
+from cliff_tui.recording.schema import make_header
+
+
+def timestamped_name(prefix: str = "cliff") -> str:
+    return time.strftime(f"{prefix}-%Y%m%d-%H%M%S.jsonl")
+
+
+class Recorder:
+    def __init__(self, path: Path, handle: Any, record_text: bool) -> None:
+        self.path = path
+        self._file = handle
+        self.record_text = record_text
+        self._lock = threading.Lock()
+        self.count = 0
+
+    @classmethod
+    def create(cls, path: str | Path, *, command: list[str], force: bool = False,
+               record_text: bool = False) -> "Recorder":
+        path = Path(path)
+        try:
+            handle = path.open("w" if force else "x", encoding="utf-8", buffering=1)
+        except FileExistsError:
+            raise BadInput(f"{path} already exists: pass --force to overwrite it or choose another name") from None
+        except OSError as exc:
+            raise BadInput(f"cannot write the recording {path}: {exc.strerror or exc}") from None
+        recorder = cls(path, handle, record_text)
+        recorder._write_line(make_header(command, record_text, *_gpu_identity()))
+        return recorder
+
+    def write(self, event: Any) -> None:
+        if isinstance(event, GeneratedText) and not self.record_text:
+            return
+        self._write_line(event_to_plain(event))
+
+    def write_snapshot(self, pipeline: Any) -> None:
+        """When recording starts mid-session: what a replay needs to show the same screen."""
+        if pipeline.plan is not None:
+            self.write(pipeline.plan)
+        for view in pipeline.runs.values():
+            self.write(view.started)
+            if view.result is not None:
+                self.write(RunFinished(time.time(), view.result))
+        if pipeline.latest is not None:
+            self.write(pipeline.latest)
+
+    def _write_line(self, plain: dict[str, Any]) -> None:
+        line = json.dumps(plain, separators=(",", ":"), allow_nan=False) + "\n"
+        with self._lock:
+            if self._file is None:
+                return
+            self._file.write(line)
+            self.count += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+def _gpu_identity() -> tuple[list[dict[str, Any]], str | None]:
+    """GPU names and the driver version for the header; empty on a machine without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver is the common case, not an error
+        return [], None
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            gpus.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name, "vendor": "nvidia"})
+        return gpus, driver.decode() if isinstance(driver, bytes) else driver
+    except Exception:  # noqa: BLE001
+        return [], None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass

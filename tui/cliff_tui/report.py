@@ -1,0 +1,247 @@
+"""Headless output: samples, run records and triangulations as json, jsonl, csv or md
+(llama-bench's formats). Plain data in, text out; the screens never come through here."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Iterable, Sequence
+
+from cliff_tui.analysis.theory import expected_ratio, known_differences
+from cliff_tui.analysis.triangulation import Triangulation, memory_point
+from cliff_tui.codec import to_plain
+from cliff_tui.events import ModelInfo, RunFailed, RunResult, Sample
+from cliff_tui.units import fmt_bytes, fmt_pct, fmt_tok_s
+
+FORMATS = ("md", "csv", "json", "jsonl")
+
+
+# --- records ----------------------------------------------------------------------------------
+
+
+def sample_record(sample: Sample) -> dict[str, Any]:
+    record = to_plain(sample)
+    record.pop("gpus_reason", None)
+    if not sample.gpus:
+        record["gpus_reason"] = sample.gpus_reason or "no GPU found"
+    if sample.process is None:
+        record.pop("process")
+    return record
+
+
+def run_record(r: RunResult) -> dict[str, Any]:
+    s, v = r.settings, r.verdict
+    point = memory_point(r)
+    return {
+        "run_id": r.run_id, "model": r.model_name, "model_path": s.model_path,
+        "depth": r.depth, "n_gen": r.n_gen, "n_ctx": r.n_ctx,
+        "n_gpu_layers": s.n_gpu_layers, "cache_type_k": s.cache_type_k, "cache_type_v": s.cache_type_v,
+        "flash_attn": s.flash_attn, "threads": s.threads, "batch_size": s.batch_size, "ubatch_size": s.ubatch_size,
+        "baseline_tok_s": r.baseline_tok_s, "depth_tok_s": r.depth_tok_s, "drop_pct": r.drop_pct,
+        "expected_tok_s": v.expected_tok_s, "drop_vs_expected_pct": v.drop_vs_expected_pct,
+        "verdict": v.level, "verdict_text": v.text, "knee_depth": v.knee_depth, "cause": v.cause,
+        "prefill_tok_s": r.prefill_tok_s, "prefilled_tokens": r.prefilled_tokens,
+        "started_from_depth": r.started_from_depth,
+        "ram_baseline_bytes": r.ram_baseline_bytes, "ram_peak_bytes": r.ram_peak_bytes,
+        "ram_delta_bytes": r.ram_delta_bytes, "swap_delta_bytes": r.swap_delta_bytes,
+        "rss_created_bytes": r.rss_created_bytes, "rss_baseline_bytes": r.rss_baseline_bytes,
+        "rss_peak_bytes": r.rss_peak_bytes, "rss_noise_bytes": r.rss_noise_bytes,
+        "kv_device": r.kv_device, "kv_buffers": r.kv_buffers, "model_buffers": r.model_buffers,
+        "compute_buffers": r.compute_buffers, "allocated_bytes": point.allocated_bytes,
+        "touched_bytes": point.touched_bytes,
+        "gpus": [{**to_plain(g), "delta_bytes": g.delta_bytes, "shared_delta_bytes": g.shared_delta_bytes}
+                 for g in r.gpus],
+        **({"gpus_reason": r.gpus_reason} if not r.gpus else {}),
+        "decode_points": to_plain(r.decode_points),
+        "elapsed_s": r.elapsed_s,
+    }
+
+
+def failure_record(f: RunFailed) -> dict[str, Any]:
+    return {"run_id": f.run_id, "kind": f.kind, "message": f.message, "n_ctx": f.n_ctx, "depth": f.depth}
+
+
+def triangulation_record(tri: Triangulation, results: Sequence[RunResult], failures: Sequence[RunFailed],
+                         model: ModelInfo | None = None) -> dict[str, Any]:
+    p = tri.projection
+    flash_on = _flash_on(results)
+    return {
+        "cache_types": tri.cache_types,
+        "runs": [run_record(r) for r in results],
+        "failures": [failure_record(f) for f in failures],
+        "slope_bytes_per_token": {"allocated": tri.allocated.bytes_per_token, "touched": tri.touched.bytes_per_token},
+        "slope_kib_per_token": {"allocated": tri.allocated.kib_per_token, "touched": tri.touched.kib_per_token},
+        "slope_mib_per_1k_tokens": {"allocated": tri.allocated.mib_per_1k_tokens,
+                                    "touched": tri.touched.mib_per_1k_tokens},
+        "allocated_per_device_bytes_per_token": tri.allocated_per_device,
+        "intercept_bytes": {"allocated": tri.allocated.intercept_bytes, "touched": tri.touched.intercept_bytes},
+        "theory_bytes_per_token": tri.theory_bytes_per_token,
+        "theory_notes": known_differences(model, flash_on) if model else [],
+        "checks": [{"n_ctx": c.n_ctx, "predicted_bytes": c.predicted_bytes, "actual_bytes": c.actual_bytes,
+                    "miss_bytes": c.miss_bytes, "tolerance_bytes": c.tolerance_bytes, "error_pct": c.error_pct,
+                    "on_line": c.on_line} for c in tri.checks],
+        "verdict": tri.verdict,
+        "wall_near": tri.wall_near,
+        "does_not_fit_at": tri.does_not_fit_at,
+        "projection": {"tier": p.tier, "target": p.target, "projected_bytes": p.projected_bytes,
+                       "capacity_bytes": p.capacity_bytes, "reserve_bytes": p.reserve_bytes, "fits": p.fits,
+                       "max_context": p.max_context, "limited_by": p.limited_by, "formula": p.formula},
+    }
+
+
+def _flash_on(results: Sequence[RunResult]) -> bool | None:
+    if not results:
+        return None
+    fa = results[0].settings.flash_attn
+    return {"on": True, "off": False}.get(fa)
+
+
+def kv_ratios(tris: dict[str, Triangulation]) -> list[dict[str, Any]]:
+    """Each cache type's touched slope against the first type's, beside the textbook ratio."""
+    items = list(tris.items())
+    if len(items) < 2:
+        return []
+    ref_key, ref = items[0]
+    out = []
+    for key, tri in items[1:]:
+        measured = None
+        if ref.touched.bytes_per_token and tri.touched.bytes_per_token is not None:
+            measured = tri.touched.bytes_per_token / ref.touched.bytes_per_token
+        allocated = None
+        if ref.allocated.bytes_per_token and tri.allocated.bytes_per_token is not None:
+            allocated = tri.allocated.bytes_per_token / ref.allocated.bytes_per_token
+        tk, _, tv = key.partition("/")
+        rk, _, rv = ref_key.partition("/")
+        out.append({"types": f"{key} vs {ref_key}",
+                    "measured_touched": measured, "measured_allocated": allocated,
+                    "expected": expected_ratio(tk, tv or tk, rk, rv or rk)})
+    return out
+
+
+# --- formats ----------------------------------------------------------------------------------
+
+
+def dumps(records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[tuple[str, str]] | None = None) -> str:
+    records = list(records)
+    if fmt == "json":
+        return json.dumps(records[0] if len(records) == 1 else records, indent=2, default=str)
+    if fmt == "jsonl":
+        return "\n".join(json.dumps(r, default=str) for r in records)
+    if fmt == "csv":
+        return _csv(records)
+    if fmt == "md":
+        return markdown_table(records, columns or [(k, k) for k in records[0]] if records else [])
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        elif isinstance(value, list):
+            if all(isinstance(v, dict) for v in value):
+                for i, item in enumerate(value):
+                    out.update(flatten(item, f"{name}.{i}."))
+            else:
+                out[name] = " ".join(str(v) for v in value)
+        else:
+            out[name] = value
+    return out
+
+
+def _csv(records: list[dict[str, Any]]) -> str:
+    rows = [flatten({k: v for k, v in r.items() if k not in ("decode_points", "runs", "checks")}) for r in records]
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(c for c in row if c not in columns)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue().rstrip("\n")
+
+
+def markdown_table(records: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    head = "| " + " | ".join(title for _, title in columns) + " |"
+    rule = "| " + " | ".join("---:" if _numeric(records, key) else "---" for key, _ in columns) + " |"
+    body = ["| " + " | ".join(_cell(r.get(key)) for key, _ in columns) + " |" for r in records]
+    return "\n".join([head, rule, *body])
+
+
+def _numeric(records: Sequence[dict[str, Any]], key: str) -> bool:
+    return all(isinstance(r.get(key), (int, float)) or r.get(key) is None for r in records)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value).replace("|", "\\|")
+
+
+# --- human tables -----------------------------------------------------------------------------
+
+
+def run_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
+    """The run table as people read it (units attached); used by md output and the screens."""
+    rows = []
+    for r in results:
+        point = memory_point(r)
+        rows.append({
+            "model": r.model_name, "kv": f"{r.settings.cache_type_k}/{r.settings.cache_type_v}",
+            "n_ctx": f"{r.n_ctx:,}", "depth": f"{r.depth:,}",
+            "mem_base": fmt_bytes(r.rss_baseline_bytes if point.touched_bytes == r.rss_peak_bytes
+                                  else next((g.baseline_bytes for g in r.gpus), None)),
+            "mem_peak": fmt_bytes(point.touched_bytes),
+            "shared": _shared(r), "ram_delta": fmt_bytes(r.ram_delta_bytes),
+            "tok_s": f"{fmt_tok_s(r.baseline_tok_s)} → {fmt_tok_s(r.depth_tok_s)}",
+            "drop": fmt_pct(r.drop_pct), "vs_trend": fmt_pct(r.verdict.drop_vs_expected_pct),
+            "verdict": r.verdict.level,
+        })
+    return rows
+
+
+RUN_COLUMNS = [("model", "model"), ("kv", "kv"), ("n_ctx", "n_ctx"), ("depth", "depth"),
+               ("mem_base", "mem base"), ("mem_peak", "mem peak"), ("shared", "shared Δ"),
+               ("ram_delta", "RAM Δ"), ("tok_s", "t/s base → depth"), ("drop", "drop"),
+               ("vs_trend", "vs trend"), ("verdict", "verdict")]
+
+
+def _shared(r: RunResult) -> str:
+    deltas = [g.shared_delta_bytes for g in r.gpus if g.shared_delta_bytes is not None]
+    return fmt_bytes(max(deltas)) if deltas else "n/a"
+
+
+def triangulation_markdown(tris: dict[str, Triangulation], results: Sequence[RunResult],
+                           failures: Sequence[RunFailed]) -> str:
+    lines = [markdown_table(run_rows(results), RUN_COLUMNS), ""]
+    for f in failures:
+        lines.append(f"- n_ctx {f.n_ctx or '?'}: {f.kind.replace('_', ' ')} — {f.message}")
+    for key, tri in tris.items():
+        lines += [f"**{key}** — {tri.verdict}", ""]
+        lines.append(f"- slope touched: {_slope(tri.touched)}; allocated: {_slope(tri.allocated)}")
+        if tri.theory_bytes_per_token:
+            lines.append(f"- textbook KV: {tri.theory_bytes_per_token / 1024:.2f} KiB/token")
+        p = tri.projection
+        lines.append(f"- projection at {p.target:,} tokens: {p.formula}")
+        fits = {True: "fits", False: "does NOT fit", None: "capacity unknown"}[p.fits]
+        lines.append(f"- {p.tier}: {fmt_bytes(p.capacity_bytes)} − reserve {fmt_bytes(p.reserve_bytes)} → {fits}")
+        lines.append(f"- largest context before the cliff: "
+                     f"{'–' if p.max_context is None else f'{p.max_context:,}'} tokens ({p.limited_by})")
+        lines.append("")
+    for ratio in kv_ratios(tris):
+        measured = ratio["measured_touched"]
+        lines.append(f"- {ratio['types']}: measured {measured:.2f}" if measured is not None else
+                     f"- {ratio['types']}: measured –")
+        lines[-1] += f", expected {ratio['expected']:.2f}"
+    return "\n".join(lines).rstrip()
+
+
+def _slope(slope) -> str:
+    if slope.bytes_per_token is None:
+        return "–"
+    return f"{slope.kib_per_token:.2f} KiB/token ({slope.mib_per_1k_tokens:.1f} MiB per 1k tokens)"

@@ -1,0 +1,1 @@
+"""The Textual front end: renders what the core computed, computes nothing of its own."""

@@ -1,0 +1,335 @@
+"""The Textual app: one dashboard for watch, run, triangulate, attach and replay.
+
+Producers (sampler thread, job worker, replay player) publish events on the bus; the bus hands
+each one to :meth:`CliffApp.post_message` (thread-safe, never blocks the producer). On the UI
+thread the event goes into the shared :class:`Pipeline`; a timer redraws what changed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterable
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.widgets import Footer, Static
+
+from cliff_tui.bus import EventBus
+from cliff_tui.engine.errors import CliffError
+from cliff_tui.events import Alert, RunFailed
+from cliff_tui.jobs import Job
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.probes.sampler import Sampler, SamplerThread
+from cliff_tui.ui import projection as projection_view
+from cliff_tui.ui import render
+from cliff_tui.ui.screens import HelpScreen, LogScreen, TargetScreen
+from cliff_tui.units import fmt_duration
+
+WIDE = 150  # columns from which the projection pane sits beside the dashboard
+
+
+class EventPosted(Message):
+    def __init__(self, event: Any) -> None:
+        super().__init__()
+        self.event = event
+
+
+class PanelView(Static):
+    """A Static that repaints only when its content key changes (few bytes per frame)."""
+
+    def show(self, key: object, renderable: Any) -> None:
+        if getattr(self, "_key", None) != key:
+            self._key = key
+            self.update(renderable)
+
+
+class CliffApp(App):
+    CSS_PATH = "cliff.tcss"
+    TITLE = "cliff-tui"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("p", "pause", "Pause"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("l", "log", "Log"),
+        Binding("r", "record", "Record"),
+        Binding("v", "view", "Projection", show=False),
+        Binding("t", "target", "Target", show=False),
+        Binding("space", "play", "Play", show=False),
+        Binding("s", "speed", "Speed", show=False),
+        Binding("right", "seek(10)", "+10s", show=False),
+        Binding("left", "seek(-10)", "-10s", show=False),
+        Binding("period", "step", "Step", show=False),
+        Binding("home", "seek_to(0)", "Start", show=False),
+        Binding("end", "seek_to(1)", "End", show=False),
+    ]
+
+    def __init__(self, mode: str = "watch", *, sampler: Sampler | None = None, job: Job | None = None,
+                 interval: float = 0.5, recorder: Any = None, record_text: bool = False, recording: Any = None,
+                 speed: int = 1, preload: Iterable[Any] = ()) -> None:
+        super().__init__()
+        self.mode = mode
+        self.sampler = sampler
+        self.job = job
+        self.interval = interval
+        self.recorder = recorder
+        self.record_text = record_text
+        self.pipeline = Pipeline()
+        self.bus = EventBus()
+        self.cancel = threading.Event()
+        self.paused = False
+        self.narrow_view = "dash"
+        self._preload = list(preload)
+        self._sampler_thread: SamplerThread | None = None
+        self._drawn = -1
+        self.player = None
+        if recording is not None:
+            from cliff_tui.recording.player import Player
+
+            self.player = Player(recording, speed=speed)
+            self.pipeline = self.player.pipeline
+        self.bus.subscribe(self._from_producers)
+        if recorder is not None:
+            self.bus.subscribe(recorder.write)
+
+    # --- layout ---------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield PanelView(id="title")
+        yield PanelView(id="signs")
+        with Horizontal(id="body"):
+            yield VerticalScroll(id="dash")
+            yield VerticalScroll(PanelView(id="projection-view"), id="projection")
+        yield PanelView(id="progress")
+        yield PanelView(id="error")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#projection").display = self.mode in ("triangulate", "replay")
+        for event in self._preload:
+            self._feed(event)
+        if self.sampler is not None:
+            self._sampler_thread = SamplerThread(self.sampler, self.bus.publish, self.interval).start()
+        if self.job is not None:
+            self._run_job()
+        if self.player is not None:
+            self.player.start(time.monotonic())
+        self.set_interval(min(self.interval, 0.25), self._tick)
+        self._layout_for(self.size.width)
+        self._draw()
+
+    def on_resize(self, event: Any) -> None:
+        self._layout_for(event.size.width)
+
+    def _layout_for(self, width: int) -> None:
+        projection = self.query_one("#projection")
+        dash = self.query_one("#dash")
+        if not self._has_projection():
+            projection.display, dash.display = False, True
+            return
+        wide = width >= WIDE
+        dash.display = wide or self.narrow_view == "dash"
+        projection.display = wide or self.narrow_view == "projection"
+        projection.set_class(not wide, "full")
+
+    def _has_projection(self) -> bool:
+        return self.mode == "triangulate" or bool(self.pipeline.plan or len(self.pipeline.results) > 1)
+
+    # --- events ---------------------------------------------------------------------------
+
+    def _from_producers(self, event: Any) -> None:
+        """Runs on the producer's thread: hand over, never block it."""
+        self.post_message(EventPosted(event))
+
+    def on_event_posted(self, message: EventPosted) -> None:
+        self._feed(message.event)
+
+    def _feed(self, event: Any) -> None:
+        for alert in self.pipeline.feed(event):
+            if self.recorder is not None:
+                self.recorder.write(alert)
+            self._notify_alert(alert)
+
+    def _notify_alert(self, alert: Alert) -> None:
+        if self.player is None or self.player.playing:
+            severity = "error" if alert.level == "red" else "warning"
+            self.notify(alert.message, title=f"sign {alert.sign}", severity=severity, timeout=6)
+
+    @work(thread=True, exit_on_error=False, name="job")
+    def _run_job(self) -> None:
+        try:
+            self.job.run(self.bus.publish, self.cancel)
+        except CliffError as exc:
+            # The failure is already on the bus as RunFailed (run) or published here (others).
+            if not self.cancel.is_set():
+                self.bus.publish(RunFailed(time.time(), "job", exc.kind, str(exc)))
+
+    def _tick(self) -> None:
+        if self.player is not None:
+            for event in self.player.advance(time.monotonic()):
+                self._feed(event)
+        if not self.paused:
+            self._draw()
+
+    # --- drawing --------------------------------------------------------------------------
+
+    def _draw(self) -> None:
+        p = self.pipeline
+        version = (p.version, self.size.width, self.size.height, self.paused, self.player and self.player.cursor)
+        if version == self._drawn:
+            return
+        self._drawn = version
+        self.query_one("#title", PanelView).show(self._title(), self._title())
+        self.query_one("#signs", PanelView).show(p.version, render.signs_line(p.signs))
+        self._draw_panels()
+        progress = self._progress_text()
+        self.query_one("#progress", PanelView).show(progress.plain, progress)
+        self._draw_error()
+        if self._has_projection():
+            self._layout_for(self.size.width)
+            self._draw_projection()
+
+    def _draw_panels(self) -> None:
+        dash = self.query_one("#dash")
+        hint = "" if self.mode in ("run", "triangulate", "attach", "replay") else render.NO_SOURCE
+        panels = render.panels(self.pipeline, hint or "waiting for tokens…")
+        line = render.no_vram_line(self.pipeline.latest)
+        wanted = ([("novram", line)] if line else []) + [(panel.key, panel) for panel in panels]
+        existing = {child.id: child for child in dash.children}
+        if [c.id for c in dash.children] != [f"panel-{k}" for k, _ in wanted]:
+            dash.remove_children()
+            dash.mount_all([PanelView(id=f"panel-{k}", classes="panel") for k, _ in wanted])
+            self.call_after_refresh(self._draw_panels)
+            return
+        for key, item in wanted:
+            view = existing[f"panel-{key}"]
+            if isinstance(item, str):
+                view.show(item, render.Text(item, style="yellow"))
+            else:
+                view.show((self.pipeline.version, view.size.width), item.renderable())
+
+    def _draw_projection(self) -> None:
+        view = self.query_one("#projection-view", PanelView)
+        width = max(40, self.query_one("#projection").size.width - 2)
+        key = (len(self.pipeline.results), len(self.pipeline.failures), self.pipeline.target, width,
+               self.pipeline.plan)
+        view.show(key, projection_view.pane(self.pipeline, width, chart_height=14, color=not self.no_color))
+
+    def _draw_error(self) -> None:
+        error = self.query_one("#error", PanelView)
+        failure = self.pipeline.last_failure
+        if failure is None or failure.kind == "does_not_fit" and self.mode == "triangulate":
+            error.display = False
+            return
+        error.display = True
+        error.show(failure, render.Text(f"✖ {failure.message}", style="bold red"))
+
+    def _title(self) -> str:
+        parts = ["cliff-tui", self.mode]
+        if self.job is not None:
+            parts.append(self.job.title)
+        model = self.pipeline.model
+        if model is not None:
+            parts.append(f"{model.name} ({model.file_type or '?'})")
+        if self.player is not None:
+            parts.append(self.player.describe())
+        if self.recorder is not None:
+            parts.append(f"● REC {self.recorder.path}")
+        if self.paused:
+            parts.append("PAUSED")
+        return " · ".join(parts)
+
+    def _progress_text(self):
+        if self.player is not None:
+            return render.Text(self.player.cursor_line(), no_wrap=True)
+        session = self.pipeline.session
+        if self.mode == "attach" and session is not None:
+            return render.session_line(self.pipeline)
+        return render.progress_line(self.pipeline)
+
+    # --- actions --------------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        self.cancel.set()
+        self.exit()
+
+    def action_pause(self) -> None:
+        if self.player is not None:
+            self.action_play()
+            return
+        self.paused = not self.paused
+        self._draw()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.mode))
+
+    def action_log(self) -> None:
+        self.push_screen(LogScreen(self.pipeline))
+
+    def action_view(self) -> None:
+        self.narrow_view = "projection" if self.narrow_view == "dash" else "dash"
+        self._layout_for(self.size.width)
+
+    def action_target(self) -> None:
+        def apply(value: int | None) -> None:
+            if value:
+                self.pipeline.set_target(value)
+                self._draw()
+
+        self.push_screen(TargetScreen(self.pipeline.target), apply)
+
+    def action_record(self) -> None:
+        from cliff_tui.recording.writer import Recorder, timestamped_name
+
+        if self.recorder is not None:
+            self.recorder.close()
+            self.notify(f"recording saved: {self.recorder.path}")
+            self.recorder = None
+            return
+        try:
+            self.recorder = Recorder.create(timestamped_name(), command=[self.mode], record_text=self.record_text)
+        except CliffError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.recorder.write_snapshot(self.pipeline)
+        self.bus.subscribe(self.recorder.write)
+        self.notify(f"recording to {self.recorder.path}")
+
+    def action_play(self) -> None:
+        if self.player is not None:
+            self.player.toggle(time.monotonic())
+            self._draw()
+
+    def action_speed(self) -> None:
+        if self.player is not None:
+            self.player.cycle_speed(time.monotonic())
+            self._draw()
+
+    def action_seek(self, seconds: float) -> None:
+        if self.player is not None:
+            self.player.seek_by(seconds, time.monotonic())
+            self.pipeline = self.player.pipeline
+            self._draw()
+
+    def action_seek_to(self, fraction: float) -> None:
+        if self.player is not None:
+            self.player.seek_fraction(fraction, time.monotonic())
+            self.pipeline = self.player.pipeline
+            self._draw()
+
+    def action_step(self) -> None:
+        if self.player is not None:
+            for event in self.player.step():
+                self._feed(event)
+            self._draw()
+
+    def on_unmount(self) -> None:
+        self.cancel.set()
+        if self._sampler_thread is not None:
+            self._sampler_thread.stop()
+        if self.recorder is not None:
+            self.recorder.close()

@@ -1,0 +1,118 @@
+"""The projection pane: runs, slope, third-point verdict, projection and the chart."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import plotext as plt
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from cliff_tui.analysis.triangulation import Triangulation
+from cliff_tui.events import RunFailed, RunResult
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.report import RUN_COLUMNS, kv_ratios, run_rows
+from cliff_tui.units import fmt_bytes
+
+MiB = 1024**2
+TABLE_COLUMNS = [c for c in RUN_COLUMNS if c[0] != "model"]
+
+
+def runs_table(results: Sequence[RunResult], failures: Sequence[RunFailed]) -> Table:
+    table = Table(box=None, padding=(0, 1), header_style="bold", expand=False)
+    for key, title in TABLE_COLUMNS:
+        table.add_column(title, justify="left" if key in ("kv", "verdict") else "right", no_wrap=True)
+    for row in run_rows(results):
+        style = {"red": "red", "amber": "yellow"}.get(row["verdict"], "")
+        table.add_row(*(row[key] for key, _ in TABLE_COLUMNS), style=style)
+    for f in failures:
+        if f.kind == "does_not_fit":
+            table.add_row("", f"{f.n_ctx:,}" if f.n_ctx else "?", f"{f.depth:,}" if f.depth else "?",
+                          "does not fit", *[""] * (len(TABLE_COLUMNS) - 4), style="red")
+    return table
+
+
+def summary(tris: dict[str, Triangulation]) -> Text:
+    text = Text()
+    for key, tri in tris.items():
+        p = tri.projection
+        text.append(f"{key}: ", style="bold")
+        verdict_style = "red" if tri.wall_near or tri.does_not_fit_at else "green" if tri.checks else ""
+        text.append(f"{tri.verdict}\n", style=verdict_style)
+        text.append(f"  touched {_slope(tri.touched)} · allocated {_slope(tri.allocated)}")
+        if tri.theory_bytes_per_token:
+            text.append(f" · textbook KV {tri.theory_bytes_per_token / 1024:.2f} KiB/tok")
+        text.append("\n")
+        if p.projected_bytes is not None:
+            fits = {True: ("fits", "green"), False: ("does NOT fit", "red"), None: ("", "")}[p.fits]
+            text.append(f"  at {p.target:,} tokens: {p.formula} ")
+            text.append(f"{fits[0]}\n", style=fits[1])
+        if p.capacity_bytes is not None:
+            text.append(f"  {p.tier} {fmt_bytes(p.capacity_bytes)} − reserve {fmt_bytes(p.reserve_bytes)}")
+        if p.max_context is not None:
+            text.append(" → largest context before the cliff: ")
+            text.append(f"{p.max_context:,} tokens", style="bold")
+            text.append(f" ({p.limited_by})")
+        text.append("\n")
+    for ratio in kv_ratios(tris):
+        m = ratio["measured_touched"]
+        text.append(f"  {ratio['types']}: measured {'–' if m is None else f'{m:.2f}'}"
+                    f" (expected {ratio['expected']:.2f})\n")
+    return text
+
+
+def _slope(slope) -> str:
+    if slope.bytes_per_token is None:
+        return "–"
+    return f"{slope.kib_per_token:.1f} KiB/tok ({slope.mib_per_1k_tokens:.1f} MiB/1k)"
+
+
+def chart(tris: dict[str, Triangulation], width: int, height: int, color: bool = True) -> Text:
+    """Memory against context: measured points, the fitted line, capacity, and the cliff."""
+    plt.clf()
+    plt.plotsize(max(width, 30), max(height, 8))
+    plt.theme("pro" if color else "clear")
+    xmax = 0
+    capacity = None
+    for key, tri in tris.items():
+        pts = [pt for pt in tri.points if pt.touched_bytes is not None]
+        if not pts:
+            continue
+        xs = [pt.n_ctx for pt in pts]
+        plt.scatter(xs, [pt.touched_bytes / MiB for pt in pts], marker="●", label=f"{key} measured")
+        p = tri.projection
+        xmax = max(xmax, *xs, p.target, p.max_context or 0)
+        if tri.touched.bytes_per_token is not None:
+            line_x = [0, xmax]
+            plt.plot(line_x, [(tri.touched.intercept_bytes + x * tri.touched.bytes_per_token) / MiB for x in line_x],
+                     label=f"{key} fit")
+        if p.capacity_bytes is not None:
+            capacity = (p.capacity_bytes - (p.reserve_bytes or 0)) / MiB
+        if p.max_context:
+            plt.vline(p.max_context)
+    if capacity is not None:
+        plt.hline(capacity)
+    plt.xlabel("context (tokens)")
+    plt.ylabel("MiB")
+    if xmax:
+        plt.xlim(0, xmax * 1.05)
+    return Text.from_ansi(plt.build())
+
+
+def pane(p: Pipeline, width: int, chart_height: int, color: bool = True) -> RenderableType:
+    tris = p.triangulations()
+    parts: list[RenderableType] = []
+    plan = p.plan
+    if plan is not None:
+        depths = ", ".join(f"{d:,}" for d in plan.depths)
+        parts.append(Text(f"depths {depths} · target {p.target or plan.target:,} tokens"
+                          + (f" · {plan.note}" if plan.note else ""), style="dim"))
+    parts.append(runs_table(p.results, p.failures))
+    if tris:
+        parts.append(summary(tris))
+        if any(len(t.points) for t in tris.values()):
+            parts.append(chart(tris, width, chart_height, color))
+    else:
+        parts.append(Text("waiting for the first run to finish…", style="dim"))
+    return Group(*parts)

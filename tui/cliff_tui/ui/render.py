@@ -1,0 +1,235 @@
+"""Pipeline state → Rich renderables. Formatting only: every number comes from the core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Group, RenderableType
+from rich.style import Style
+from rich.text import Text
+
+from cliff_tui.analysis import thresholds as th
+from cliff_tui.analysis.signs import SignState
+from cliff_tui.events import GpuReading, Sample
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.ui.spark import FixedSpark
+from cliff_tui.units import fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
+
+GREEN, AMBER, RED, DIM = Style(color="green"), Style(color="yellow"), Style(color="red"), Style(dim=True)
+LEVEL_MARK = {"ok": ("✓", GREEN), "info": ("i", Style(color="cyan")), "amber": ("▲", AMBER),
+              "red": ("✖", RED), "na": ("–", DIM)}
+NO_SOURCE = ("no token source — `cliff-tui run` loads a model and measures here; "
+             "`cliff-tui attach` watches your llama-server or Ollama")
+
+
+def fill_style(fraction: float) -> Style:
+    if fraction >= th.FILL_RED:
+        return RED
+    if fraction >= th.FILL_AMBER:
+        return AMBER
+    return GREEN
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One tier: a headline, a fixed-scale sparkline, a note."""
+
+    key: str
+    title: str
+    value: str
+    spark: FixedSpark | None
+    note: str = ""
+    note_style: Style = DIM
+
+    def renderable(self) -> RenderableType:
+        head = Text.assemble((self.title, "bold"), "  ", self.value, overflow="ellipsis", no_wrap=True)
+        parts: list[RenderableType] = [head]
+        if self.spark is not None:
+            parts.append(self.spark)
+        if self.note:
+            parts.append(Text(self.note, style=self.note_style, overflow="ellipsis", no_wrap=True))
+        return Group(*parts)
+
+
+def panels(p: Pipeline, source_hint: str = NO_SOURCE) -> list[Panel]:
+    s = p.latest
+    if s is None:
+        return [Panel("wait", "waiting", "for the first sample…", None)]
+    out: list[Panel] = []
+    for gpu in s.gpus:
+        out.append(_vram_panel(p, gpu))
+    if s.gpus:
+        out.append(_shared_panel(p, s))
+    out.append(_ram_panel(p, s))
+    out.append(_swap_panel(p, s))
+    if s.process is not None:
+        out.append(_process_panel(p, s))
+    out.append(_tokens_panel(p, source_hint))
+    return out
+
+
+def no_vram_line(s: Sample | None) -> str:
+    if s is None or s.gpus:
+        return ""
+    return f"No VRAM tier: {s.gpus_reason}"
+
+
+def _spark(p: Pipeline, name: str, hi: float | None, width: int = 512) -> FixedSpark:
+    return FixedSpark(p.history.get(name).tail(width), 0, hi or 1, fill_style, DIM)
+
+
+def _vram_panel(p: Pipeline, g: GpuReading) -> Panel:
+    used, total = g.vram_used_bytes, g.vram_total_bytes
+    value = f"{fmt_bytes(used)} / {fmt_bytes(total)}"
+    if used is not None and total:
+        value += f"  {used / total:.0%}"
+    extras = []
+    if g.util_pct is not None:
+        extras.append(f"util {g.util_pct:.0f}%")
+    if g.temperature_c is not None:
+        extras.append(f"{g.temperature_c:.0f}°C")
+    if g.pcie_rx_bytes_s is not None:
+        extras.append(f"PCIe rx {fmt_rate(g.pcie_rx_bytes_s)} tx {fmt_rate(g.pcie_tx_bytes_s)}")
+    if g.vram_reserved_bytes:
+        extras.append(f"reserved {fmt_bytes(g.vram_reserved_bytes)}")
+    note = "  ".join(extras)
+    style = DIM
+    if g.throttle_reasons and set(g.throttle_reasons) - {"idle"}:
+        note = f"throttling: {', '.join(g.throttle_reasons)}  " + note
+        style = AMBER
+    if used is None:
+        note, style = g.reasons.get("vram_used_bytes", "n/a"), AMBER
+    return Panel(f"gpu{g.index}", f"GPU{g.index} VRAM", f"{value}  · {g.name}", _spark(p, f"gpu{g.index}.vram", total),
+                 note, style)
+
+
+def _shared_panel(p: Pipeline, s: Sample) -> Panel:
+    known = [g for g in s.gpus if g.shared_used_bytes is not None]
+    if not known:
+        reason = next((g.reasons.get("shared_used_bytes") for g in s.gpus if g.reasons.get("shared_used_bytes")),
+                      "not available on this platform")
+        return Panel("shared", "Shared VRAM", "n/a", None, reason)
+    g = max(known, key=lambda x: x.shared_used_bytes)
+    hi = g.shared_total_bytes or s.ram.total_bytes
+    value = f"{fmt_bytes(g.shared_used_bytes)}" + (f" / {fmt_bytes(g.shared_total_bytes)}" if g.shared_total_bytes else "")
+    sign = p.signs.get(1)
+    note, style = (sign.detail, _level_style(sign.level)) if sign else ("", DIM)
+    return Panel("shared", f"Shared VRAM (GPU{g.index})", value, _spark(p, f"gpu{g.index}.shared", hi), note, style)
+
+
+def _ram_panel(p: Pipeline, s: Sample) -> Panel:
+    r = s.ram
+    value = f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {r.used_bytes / r.total_bytes:.0%}" \
+            f"  · available {fmt_bytes(r.available_bytes)}"
+    sign = p.signs.get(2)
+    note, style = (f"{sign.headline} — {sign.detail}", _level_style(sign.level)) if sign else ("", DIM)
+    return Panel("ram", "System RAM", value, _spark(p, "ram.used", r.total_bytes), note, style)
+
+
+def _swap_panel(p: Pipeline, s: Sample) -> Panel:
+    sw = s.swap
+    if sw.total_bytes == 0:
+        return Panel("swap", "Swap", "none configured", None,
+                     "no swap: past RAM the kernel kills the process instead of slowing it")
+    value = f"{fmt_bytes(sw.used_bytes)} / {fmt_bytes(sw.total_bytes)}  {sw.used_bytes / sw.total_bytes:.0%}"
+    note, style = "", DIM
+    if not s.gpus and (sign := p.signs.get(1)) is not None:
+        note, style = sign.detail, _level_style(sign.level)
+    return Panel("swap", "Swap", value, _spark(p, "swap.used", sw.total_bytes), note, style)
+
+
+def _process_panel(p: Pipeline, s: Sample) -> Panel:
+    proc = s.process
+    if proc.rss_bytes is None:
+        return Panel("proc", f"PID {proc.pid}", "n/a", None, proc.reasons.get("rss_bytes", ""), AMBER)
+    value = f"RSS {fmt_bytes(proc.total_rss_bytes)}"
+    if proc.n_children:
+        value += f" (incl. {proc.n_children} children {fmt_bytes(proc.children_rss_bytes)})"
+    if proc.gpu_used_bytes is not None:
+        value += f"  · GPU {fmt_bytes(proc.gpu_used_bytes)}"
+    return Panel("proc", f"PID {proc.pid} {proc.name or ''}".strip(), value,
+                 _spark(p, "process.rss", s.ram.total_bytes))
+
+
+def _tokens_panel(p: Pipeline, hint: str) -> Panel:
+    series = p.history.get("tok_s")
+    if not len(series):
+        return Panel("tok", "Tokens/s", "–", None, hint)
+    values = [v for v in series.values if v is not None]
+    hi = max(values) * 1.15 if values else 1
+    spark = FixedSpark(series.tail(512), 0, hi, None, Style(color="cyan"))
+    verdict = p.speed_verdict()
+    now = fmt_tok_s(series.last)
+    value = f"{now} tok/s"
+    view = p.current
+    if view is not None:
+        base, depth = view.rate("baseline"), view.rate("depth")
+        value += f"  · baseline {fmt_tok_s(base)} → at depth {fmt_tok_s(depth)}"
+        if verdict is not None and verdict.raw_drop_pct is not None:
+            value += f" ({-verdict.raw_drop_pct:+.0f}% raw)"
+    sign = p.signs.get(3)
+    note = sign.detail if sign and verdict else "measuring…"
+    return Panel("tok", "Tokens/s", value, spark, note, _level_style(sign.level) if sign else DIM)
+
+
+def _level_style(level: str) -> Style:
+    return LEVEL_MARK.get(level, ("", DIM))[1] if level in ("amber", "red") else DIM
+
+
+def signs_line(signs: dict[int, SignState]) -> Text:
+    names = {1: "spill", 2: "RAM", 3: "speed"}
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for n in (1, 2, 3):
+        state = signs.get(n)
+        if state is None:
+            continue
+        mark, style = LEVEL_MARK.get(state.level, ("?", DIM))
+        text.append(f" {mark} ", style=style + Style(bold=True))
+        text.append(f"{n} {names[n]}: ", style="bold")
+        text.append(state.headline, style=style if state.level in ("amber", "red") else "")
+        text.append("  ")
+    return text
+
+
+def progress_line(p: Pipeline) -> Text:
+    view = p.current
+    if view is None:
+        return Text("")
+    pr = view.progress
+    if view.failure is not None:
+        return Text(f"{view.failure.kind.replace('_', ' ')}: {view.failure.message}", style=RED, no_wrap=True,
+                    overflow="ellipsis")
+    if view.result is not None:
+        r = view.result
+        return Text(f"done · n_ctx {r.n_ctx:,} · depth {r.depth:,} · {fmt_tok_s(r.baseline_tok_s)} → "
+                    f"{fmt_tok_s(r.depth_tok_s)} tok/s · {r.verdict.level}: {r.verdict.text}",
+                    no_wrap=True, overflow="ellipsis")
+    if pr is None:
+        return Text("starting…")
+    parts = [pr.phase, f"depth {pr.depth:,}/{pr.depth_target:,}", f"n_ctx {view.started.n_ctx:,}"]
+    if pr.prefill_tok_s:
+        parts.append(f"prefill {pr.prefill_tok_s:.0f} tok/s")
+    if pr.eta_s is not None:
+        parts.append(f"ETA {fmt_duration(pr.eta_s)}")
+    if view.kv_device:
+        parts.append(f"KV on {view.kv_device}")
+    return Text(" · ".join(parts), no_wrap=True, overflow="ellipsis")
+
+
+def session_line(p: Pipeline) -> Text:
+    s, rates = p.session, p.session_rates
+    if s is None:
+        return Text("")
+    style = "" if s.status == "ok" else "yellow"
+    parts = [f"{s.source} {s.url}", s.status if s.status == "ok" else f"{s.status}: {s.message}"]
+    if rates is not None and s.status == "ok":
+        parts.append(f"decode {fmt_tok_s(rates.decode_tok_s)} tok/s · prompt {fmt_tok_s(rates.prompt_tok_s)} tok/s")
+    for slot in s.slots:
+        if slot.n_ctx:
+            parts.append(f"slot {slot.id}: {slot.tokens_used or 0:,}/{slot.n_ctx:,} tokens")
+    for m in s.models:
+        in_ram = (m.size_bytes or 0) - (m.size_vram_bytes or 0)
+        parts.append(f"{m.name}: {fmt_bytes(m.size_vram_bytes)} in VRAM, {fmt_bytes(in_ram)} in RAM")
+    if s.requests_processing:
+        parts.append(f"{s.requests_processing} request(s) running")
+    return Text(" · ".join(parts), style=style, no_wrap=True, overflow="ellipsis")

@@ -1,0 +1,84 @@
+"""Modal screens: help, the raw llama.cpp log, and the projection target."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, RichLog, Static
+
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.units import parse_tokens
+
+HELP = """\
+[b]cliff-tui[/b] — where the KV cache outgrows fast memory and decode speed collapses.
+
+[b]The three signs[/b]
+  1 spill   shared VRAM above its baseline (CPU-only: swap above its baseline)
+  2 RAM     system RAM rising; an alarm only while generating with the KV cache on a GPU
+  3 speed   decode tok/s against the depth trend of the run itself (time/token ≈ a + b·depth):
+            a steady decline is attention reading more cells, a knee beyond the trend is the cliff
+
+[b]Keys[/b]
+  q quit   p pause   ? help   l llama.cpp log   r start/stop recording
+  v dashboard ⇄ projection (narrow screens)   t projection target
+  replay:  space play/pause   s speed ×1/×4/×16   ←/→ seek 10 s   . step   home/end
+
+Marks: ✓ fine · i information · ▲ look (10–50 % off trend) · ✖ cliff · – not available
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(HELP + f"\nmode: {self.mode}")
+
+
+class LogScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,l", "dismiss", "Close")]
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="log"):
+            yield Label("llama.cpp log (raw) — esc to close")
+            yield RichLog(id="log", max_lines=4000, wrap=False, markup=False)
+
+    def on_mount(self) -> None:
+        log = self.query_one(RichLog)
+        lines = list(self.pipeline.log)
+        if not lines:
+            log.write("(nothing yet: llama.cpp logs when a model loads — `cliff-tui run`)")
+        for line in lines:
+            log.write(line.text)
+
+
+class TargetScreen(ModalScreen[int | None]):
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, current: int | None) -> None:
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="small"):
+            yield Label("Project to how many tokens of context? (e.g. 32k, 131072)")
+            yield Input(value=str(self.current or ""), id="target")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            self.dismiss(parse_tokens(event.value))
+        except ValueError as exc:
+            self.notify(str(exc), severity="error")
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

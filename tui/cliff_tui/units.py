@@ -1,0 +1,88 @@
+"""Formatting of bytes, rates and durations: one place, explicit units."""
+
+from __future__ import annotations
+
+import re
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": KiB, "kb": KiB, "kib": KiB, "m": MiB, "mb": MiB, "mib": MiB,
+               "g": GiB, "gb": GiB, "gib": GiB, "t": 1024 * GiB, "tb": 1024 * GiB, "tib": 1024 * GiB}
+
+
+def fmt_bytes(n: float | None, na: str = "n/a") -> str:
+    if n is None:
+        return na
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            value = n / size
+            digits = 2 if value < 10 else 1 if value < 100 else 0
+            return f"{sign}{value:.{digits}f} {unit}"
+    return f"{sign}{int(n)} B"
+
+
+def fmt_rate(bytes_per_s: float | None, na: str = "n/a") -> str:
+    return na if bytes_per_s is None else f"{fmt_bytes(bytes_per_s)}/s"
+
+
+def fmt_tok_s(tok_s: float | None, na: str = "–") -> str:
+    if tok_s is None:
+        return na
+    return f"{tok_s:.1f}" if tok_s < 100 else f"{tok_s:.0f}"
+
+
+def fmt_pct(pct: float | None, na: str = "–", signed: bool = False) -> str:
+    if pct is None:
+        return na
+    return f"{pct:+.0f}%" if signed else f"{pct:.0f}%"
+
+
+def fmt_duration(seconds: float | None, na: str = "–") -> str:
+    if seconds is None:
+        return na
+    seconds = max(0, int(round(seconds)))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{s:02d}s"
+    return f"{s}s"
+
+
+def fmt_tokens(n: int | None, na: str = "–") -> str:
+    if n is None:
+        return na
+    if n >= 1000 and n % 1000 == 0:
+        return f"{n // 1000}k"
+    if n >= 10_000:
+        return f"{n / 1000:.1f}k"
+    return str(n)
+
+
+def parse_tokens(text: str) -> int:
+    """``16k`` → 16000, ``65k`` → 65000 (the seed's depths), ``2048`` → 2048."""
+    text = text.strip().lower()
+    if not text:
+        raise ValueError("empty token count")
+    mult = 1
+    if text.endswith("k"):
+        text, mult = text[:-1], 1000
+    value = float(text) * mult
+    if value <= 0 or value != int(value):
+        raise ValueError(f"not a positive whole number of tokens: {text!r}")
+    return int(value)
+
+
+def parse_size(text: str) -> int:
+    """``2GiB``, ``512m``, ``1.5g`` → bytes (binary units)."""
+    match = _SIZE_RE.match(text)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (try 512MiB or 2GiB)")
+    number, unit = match.groups()
+    return int(float(number) * _SIZE_UNITS[(unit or "").lower()])
