@@ -122,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="a recording as csv, json or md tables")
     export.add_argument("file")
     export.add_argument("-o", "--output", choices=("csv", "json", "md"), default="md")
+    export.add_argument("--table", choices=("samples", "runs", "alerts"), default="samples",
+                        help="which table -o csv prints (default samples)")
 
     attach = sub.add_parser("attach", help="watch a running llama-server / Ollama / process")
     attach.add_argument("--pid", type=int, help="a process to follow (RSS, children, GPU memory)")
@@ -240,7 +242,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from cliff_tui.recording.export import export
 
-    print(export(args.file, args.output))
+    print(export(args.file, args.output, args.table))
     return 0
 
 

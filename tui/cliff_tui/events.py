@@ -122,6 +122,12 @@ class RunSettings:
     ubatch_size: int = 512
     prompt_file: str | None = None
 
+    @property
+    def cache_label(self) -> str:
+        """``f16`` when K and V share a type, else ``q8_0/f16``."""
+        k, v = self.cache_type_k, self.cache_type_v
+        return k if k == v else f"{k}/{v}"
+
 
 @dataclass(frozen=True)
 class BufferSize:

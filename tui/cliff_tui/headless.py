@@ -55,6 +55,8 @@ class Headless:
         """Run ``job`` to the end with sampling on; progress lines go to stderr."""
         if progress:
             self.bus.subscribe(self._print_progress)
+        if hasattr(job, "on_worker"):
+            job.on_worker = self.sampler.set_pid
         with stop_on_signals(self.cancel), self.sampling():
             job.run(self.publish, self.cancel)
 

@@ -64,6 +64,15 @@ class RunView:
                               self.points(), throttle)
 
 
+@dataclass
+class RunGroup:
+    model: ModelInfo | None
+    type_k: str
+    type_v: str
+    results: list[RunResult] = field(default_factory=list)
+    failures: list[RunFailed] = field(default_factory=list)
+
+
 class Pipeline:
     def __init__(self, *, target: int | None = None, history_capacity: int = DEFAULT_CAPACITY) -> None:
         self.history = History(history_capacity)
@@ -242,23 +251,24 @@ class Pipeline:
             self._triangulations = self._triangulate()
         return self._triangulations
 
-    def _triangulate(self) -> dict[str, Triangulation]:
-        groups: dict[str, tuple[list[RunResult], list[RunFailed], ModelInfo | None, tuple[str, str]]] = {}
+    def run_groups(self) -> dict[str, "RunGroup"]:
+        """Runs by KV cache type (``f16``, ``q8_0``…), in the order they started."""
+        groups: dict[str, RunGroup] = {}
         for view in self.runs.values():
             s = view.started.settings
-            key = s.cache_type_k if s.cache_type_k == s.cache_type_v else f"{s.cache_type_k}/{s.cache_type_v}"
-            results, failures, _, _ = groups.setdefault(key, ([], [], view.started.model, (s.cache_type_k,
-                                                                                           s.cache_type_v)))
+            group = groups.setdefault(s.cache_label, RunGroup(view.started.model, s.cache_type_k, s.cache_type_v))
             if view.result is not None:
-                results.append(view.result)
+                group.results.append(view.result)
             elif view.failure is not None:
-                failures.append(view.failure)
+                group.failures.append(view.failure)
+        return groups
+
+    def _triangulate(self) -> dict[str, Triangulation]:
         out = {}
-        for key, (results, failures, model, (tk, tv)) in groups.items():
-            if not results and not failures:
-                continue
-            theory = kv_bytes_per_token(model, tk, tv) if model else None
-            out[key] = triangulate(results, failures, self.plan, theory, self.target)
+        for key, g in self.run_groups().items():
+            if g.results or g.failures:
+                theory = kv_bytes_per_token(g.model, g.type_k, g.type_v) if g.model else None
+                out[key] = triangulate(g.results, g.failures, self.plan, theory, self.target)
         return out
 
     # --- signs ----------------------------------------------------------------------------

@@ -292,10 +292,7 @@ def _per_device_slopes(results: Sequence[RunResult]) -> dict[str, float]:
 
 
 def _cache_types(results: Sequence[RunResult]) -> str:
-    if not results:
-        return "?"
-    s = results[0].settings
-    return s.cache_type_k if s.cache_type_k == s.cache_type_v else f"{s.cache_type_k}/{s.cache_type_v}"
+    return results[0].settings.cache_label if results else "?"
 
 
 def error_pct(predicted: float, actual: float) -> float:

@@ -8,6 +8,7 @@ between graph nodes, and the model load can be abandoned through its progress ca
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 from typing import Sequence
 
@@ -24,6 +25,7 @@ GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q
 FLASH_ATTN = {"auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
               "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED}
 
+_MEMORY_WORDS = re.compile(r"alloc|memory|buffer|out of|OOM", re.IGNORECASE)
 _backend_lock = threading.Lock()
 _backend_ready = False
 
@@ -115,10 +117,12 @@ class Context:
         self.n_batch = params.n_batch
         self.ptr = L.llama_init_from_model(model.ptr, params)
         if not self.ptr:
-            why = last_problem(log, mark) or "llama.cpp could not create the context"
-            raise DoesNotFit(f"a context of {n_ctx:,} tokens does not fit: {why} — try a smaller "
-                             "-c/--depth, a quantised cache (-ctk q8_0 -ctv q8_0 -fa on) or fewer -ngl layers",
-                             n_ctx=n_ctx)
+            why = last_problem(log, mark)
+            if why and not _MEMORY_WORDS.search(why):
+                raise BadInput(f"llama.cpp refused a context of {n_ctx:,} tokens with these settings: {why}")
+            raise DoesNotFit(f"a context of {n_ctx:,} tokens does not fit: {why or 'allocation failed'} — try a "
+                             "smaller -c/--depth, a quantised cache (-ctk q8_0 -ctv q8_0 -fa on) or fewer -ngl "
+                             "layers", n_ctx=n_ctx)
         self.n_ctx = L.llama_n_ctx(self.ptr)
         self.memory = L.llama_get_memory(self.ptr)
         self._abort = None

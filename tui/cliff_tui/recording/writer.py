@@ -65,6 +65,12 @@ class Recorder:
             self._file.write(line)
             self.count += 1
 
+    def __enter__(self) -> "Recorder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         with self._lock:
             if self._file is not None:

@@ -115,6 +115,8 @@ class CliffApp(App):
         if self.sampler is not None:
             self._sampler_thread = SamplerThread(self.sampler, self.bus.publish, self.interval).start()
         if self.job is not None:
+            if hasattr(self.job, "on_worker") and self.sampler is not None:
+                self.job.on_worker = self.sampler.set_pid
             self._run_job()
         if self.player is not None:
             self.player.start(time.monotonic())

@@ -1,0 +1,161 @@
+"""The engine on real llama.cpp: a tiny GGUF written by the tests, and SmolLM2 at shallow depths."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from cliff_tui.engine.errors import BadInput, Cancelled, DoesNotFit
+from cliff_tui.engine.llama_log import parse_buffer_line, parse_flash_attn
+from cliff_tui.engine.runner import Run, RunOptions, context_size, resolve_settings
+from cliff_tui.events import BufferSize, DecodeWindow, RunFailed, RunFinished, RunProgress, RunSettings
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cliff_tui", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("load_tensors:   CPU_Mapped model buffer size =    92.10 MiB", BufferSize("CPU_Mapped", "model", round(92.10 * 2**20))),
+    ("llama_kv_cache:        CPU KV buffer size =    45.00 MiB", BufferSize("CPU", "kv", 47185920)),
+    ("sched_reserve:        CPU compute buffer size =   102.51 MiB", BufferSize("CPU", "compute", round(102.51 * 2**20))),
+    ("llama_kv_cache_unified:      CUDA0 KV buffer size =  1024.00 MiB", BufferSize("CUDA0", "kv", 1073741824)),
+    ("llama_context:  CUDA_Host  output buffer size =     0.58 MiB", BufferSize("CUDA_Host", "output", round(0.58 * 2**20))),
+    ("llama_new_context_with_model:      Metal compute buffer size =   164.01 MiB",
+     BufferSize("Metal", "compute", round(164.01 * 2**20))),
+    ("llama_context: n_ctx = 2048", None),
+])
+def test_buffer_log_lines_match_the_suffix_whatever_the_prefix(line, expected):
+    assert parse_buffer_line(line) == expected
+
+
+def test_flash_attention_state_from_the_log():
+    assert parse_flash_attn("resolve_fused_ops: Flash Attention enabled") is True
+    assert parse_flash_attn("llama_context: flash_attn = auto") is None
+
+
+def test_settings_resolution():
+    s, notes = resolve_settings(RunSettings("m", 100, 10, cache_type_v="q8_0"))
+    assert s.flash_attn == "on" and "flash attention turned on" in notes[0]
+    assert s.threads and s.threads >= 1
+    with pytest.raises(BadInput, match="needs flash attention"):
+        resolve_settings(RunSettings("m", 100, 10, cache_type_v="q8_0", flash_attn="off"))
+    with pytest.raises(BadInput, match="smaller than"):
+        resolve_settings(RunSettings("m", 1000, 10, n_ctx=512))
+    assert context_size(RunSettings("m", 1000, 32)) == 1280  # padded to 256 as llama.cpp pads
+
+
+def test_tiny_model_run_measures_everything(tiny_model):
+    events = []
+    result = Run(RunSettings(str(tiny_model), 256, 16), events.append).execute()
+    assert result.n_ctx == 512 and result.depth == 256
+    assert set(result.kv_buffers) == {"CPU"} and result.kv_device == "CPU"
+    # textbook f16 KV: 2 layers × 2 KV heads × (32 + 32) × 2 bytes = 512 B/token, × 512 cells
+    # (the log prints MiB with two decimals)
+    assert result.kv_buffers["CPU"] == pytest.approx(512 * 512, abs=0.01 * 2**20)
+    assert result.baseline_tok_s and result.depth_tok_s and result.prefill_tok_s
+    assert [p.phase for p in result.decode_points].count("probe") == 7
+    assert result.rss_peak_bytes >= result.rss_baseline_bytes > 0
+    assert result.verdict.level in ("ok", "amber", "red")
+    kinds = {type(e) for e in events}
+    assert {RunProgress, DecodeWindow, RunFinished} <= kinds
+    phases = [e.phase for e in events if isinstance(e, RunProgress)]
+    assert phases[0] == "load" and "prefill" in phases and phases[-1] == "done"
+
+
+def test_quantised_cache_needs_and_gets_flash_attention(tiny_model):
+    result = Run(RunSettings(str(tiny_model), 128, 8, cache_type_k="q8_0", cache_type_v="q8_0"), lambda e: None).execute()
+    assert result.settings.flash_attn == "on"
+    # q8_0 stores 34 bytes per 32 values: 2 layers × 2 heads × 64 values × 1.0625 B = 272 B/token × 256 cells
+    assert result.kv_buffers["CPU"] == pytest.approx(272 * 256, abs=0.01 * 2**20)
+
+
+def test_a_context_that_cannot_fit_is_a_clean_failure(tiny_model):
+    events = []
+    with pytest.raises(DoesNotFit, match="does not fit"):
+        Run(RunSettings(str(tiny_model), 4_000_000_000, 8, n_gpu_layers=0), events.append).execute()
+    failed = [e for e in events if isinstance(e, RunFailed)]
+    assert failed and failed[0].kind == "does_not_fit" and failed[0].n_ctx >= 4_000_000_000
+
+
+def test_cancel_during_prefill_stops_within_a_second(smollm2):
+    cancel = threading.Event()
+    events = []
+    run = Run(RunSettings(str(smollm2), 8192, 8), events.append, cancel=cancel)
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(_capture(run.execute)))
+    thread.start()
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(isinstance(e, RunProgress) and e.phase == "prefill" and e.depth >= 1024
+                                             for e in events):
+        time.sleep(0.05)
+    t = time.monotonic()
+    cancel.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert time.monotonic() - t < 1.0
+    assert isinstance(outcome[0], Cancelled)
+
+
+def _capture(fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        return exc
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp, tiny: "/nonexistent.gguf", "model file not found"),
+    (lambda tmp, tiny: _write(tmp / "notes.txt", b"just some text\n"), "is not a GGUF file"),
+    (lambda tmp, tiny: _write(tmp / "cut.gguf", tiny.read_bytes()[: tiny.stat().st_size // 2]), "truncated GGUF"),
+    (lambda tmp, tiny: _write(tmp / "head.gguf", tiny.read_bytes()[:100]), "truncated GGUF"),
+])
+def test_bad_model_files_exit_2_with_one_line(tmp_path, tiny_model, make, message):
+    proc = cli("run", "-m", str(make(tmp_path, tiny_model)), "--headless")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+
+
+def test_quantised_v_without_flash_attention_exits_2(tiny_model):
+    proc = cli("run", "-m", str(tiny_model), "--headless", "-ctv", "q8_0", "-fa", "off")
+    assert proc.returncode == 2 and "needs flash attention" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_headless_run_on_the_default_model_prints_the_record():
+    proc = cli("run", "--headless", "--depth", "1024", "--n-gen", "32", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    for key in ("depth", "n_ctx", "baseline_tok_s", "depth_tok_s", "drop_pct", "verdict", "ram_delta_bytes",
+                "kv_buffers", "gpus"):
+        assert key in record
+    assert record["depth"] == 1024 and record["n_ctx"] == 1280
+    assert "CPU" in record["kv_buffers"]
+    # SmolLM2: 30 layers × 3 KV heads × (64 + 64) × 2 B = 22.5 KiB per token, f16
+    assert record["kv_buffers"]["CPU"] == pytest.approx(1280 * 23040, rel=0.01)
+    assert record["gpus"] == [] and "no GPU" in record["gpus_reason"]
+    assert record["verdict"] in ("ok", "amber", "red")
+
+
+@pytest.mark.parametrize("fmt", ["md", "csv", "jsonl"])
+def test_headless_formats(tiny_model, fmt):
+    proc = cli("run", "-m", str(tiny_model), "--headless", "--depth", "128", "--n-gen", "8", "-o", fmt)
+    assert proc.returncode == 0, proc.stderr
+    if fmt == "md":
+        assert proc.stdout.startswith("| model |") and "verdict:" in proc.stdout
+    elif fmt == "csv":
+        header, row = proc.stdout.strip().splitlines()[:2]
+        assert "baseline_tok_s" in header and "kv_buffers.CPU" in header
+    else:
+        assert json.loads(proc.stdout.strip().splitlines()[0])["depth"] == 128
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path

@@ -1,0 +1,207 @@
+"""Recordings: every event type round-trips, a killed recorder's file replays, bad files fail
+with one clean line, and the reader survives fuzzing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cliff_tui.codec import event_from_plain, event_to_plain
+from cliff_tui.engine.errors import BadInput
+from cliff_tui.events import (
+    Alert, BufferSize, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, GpuDelta, GpuProcess, GpuReading,
+    LogLine, ModelInfo, Notice, ProcessReading, RamReading, RunFailed, RunFinished, RunProgress, RunResult,
+    RunSettings, RunStarted, Sample, ServedModel, SessionReading, SlotReading, SpeedVerdict, SwapReading,
+    TriangulationPlanned, EVENT_TYPES,
+)
+from cliff_tui.recording.reader import open_recording, parse_recording
+from cliff_tui.recording.writer import Recorder
+
+SETTINGS = RunSettings("/m.gguf", 1024, 32, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on", threads=2)
+MODEL = ModelInfo("/m.gguf", "m", 1000, "llama", 30, 9, 3, 64, 64, 8192)
+GPU = GpuReading(0, "NVIDIA H200", "nvidia", 10, 100, 1, None, None, 50.0, 60.0, 1980, 2619, ("power cap",),
+                 1024.0, 2048.0, (GpuProcess(42, 10), GpuProcess(43, None)),
+                 {"shared_used_bytes": "not available: NVIDIA on Linux"})
+SAMPLE = Sample(1.0, RamReading(1, 2, 1), SwapReading(0, 4), (GPU,), None,
+                ProcessReading(42, "python", 5, 1, 1, 10, {}))
+RESULT = RunResult(
+    "r1", SETTINGS, "m", 1280, 1024, 32, "CUDA0", {"CUDA0": 5}, {"CUDA0": 7}, {"CUDA0": 3, "CUDA_Host": 1}, 80.0,
+    30.0, 150.0, 1024, (DecodePoint(16, 12.5, 32, "baseline"), DecodePoint(512, 20.0, 8)),
+    SpeedVerdict("ok", "fine", 62.5, 31.0, 3.2), 1, 2, 0, 0, 10, 11, 12, 0.5,
+    (GpuDelta(0, "NVIDIA H200", 10, 20, 0, 0, 15, {}),), None, 3.5, 0)
+ALL_EVENTS = [
+    SAMPLE,
+    Sample(2.0, RamReading(1, 2, 1), SwapReading(0, 0), (), "no GPU found"),
+    RunStarted(3.0, "r1", SETTINGS, MODEL, 1280),
+    BuffersReported(3.1, "r1", (BufferSize("CUDA0", "kv", 5), BufferSize("CPU_Mapped", "model", 9))),
+    RunProgress(3.2, "r1", "prefill", 512, 1024, 150.0, 4.0),
+    DecodeWindow(3.3, "r1", "depth", 1024, 8, 30.0, 1.5),
+    GeneratedText(3.4, "r1", "hello"),
+    RunFinished(3.5, RESULT),
+    RunFailed(3.6, "r2", "does_not_fit", "no room", 65536, 65000),
+    TriangulationPlanned(0.5, (512, 1024), ("f16", "q8_0"), 8192, None, 10, (100, None), "note"),
+    Alert(3.7, 1, "red", "spill"),
+    LogLine(3.8, 2, "llama_kv_cache: CPU KV buffer size = 45.00 MiB"),
+    Notice(3.9, "flash attention turned on", "info"),
+    SessionReading(4.0, "llama-server", "http://127.0.0.1:8080", "ok", "", 10.0, 1.0, 100.0, 0.5, 1,
+                   (SlotReading(0, 4096, 100, True),), (ServedModel("m", 10, 5, 4096),), {"x": "y"}),
+]
+
+
+def test_every_event_type_is_covered():
+    assert {type(e) for e in ALL_EVENTS} == set(EVENT_TYPES.values())
+
+
+@pytest.mark.parametrize("event", ALL_EVENTS, ids=lambda e: type(e).__name__)
+def test_round_trip_through_a_file(tmp_path, event):
+    path = tmp_path / "r.jsonl"
+    recorder = Recorder.create(path, command=["test"], record_text=True)
+    recorder.write(event)
+    recorder.close()
+    recording = open_recording(path)
+    assert recording.events == [event]
+    assert recording.header["schema"] == 1 and recording.header["command"] == ["test"]
+
+
+def test_text_is_kept_out_unless_asked(tmp_path):
+    path = tmp_path / "r.jsonl"
+    recorder = Recorder.create(path, command=[])
+    recorder.write(GeneratedText(1.0, "r", "secret prompt"))
+    recorder.write(SAMPLE)
+    recorder.close()
+    assert "secret" not in path.read_text()
+    assert open_recording(path).events == [SAMPLE]
+
+
+def test_never_overwrites_without_force(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("precious")
+    with pytest.raises(BadInput, match="already exists"):
+        Recorder.create(path, command=[])
+    assert path.read_text() == "precious"
+    Recorder.create(path, command=[], force=True).close()
+    assert "cliff-tui-recording" in path.read_text()
+
+
+def test_killed_recorder_loses_at_most_the_last_second(tmp_path):
+    path = tmp_path / "s.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.2",
+                             "--record", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(3.0)
+    killed_at = time.time()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    recording = open_recording(path)
+    samples = [e for e in recording.events if isinstance(e, Sample)]
+    assert len(samples) >= 5
+    assert killed_at - samples[-1].t <= 1.0
+    export = subprocess.run([sys.executable, "-m", "cliff_tui", "export", str(path), "-o", "csv"],
+                            capture_output=True, text=True, timeout=60)
+    assert export.returncode == 0, export.stderr
+    rows = export.stdout.strip().splitlines()
+    assert len(rows) == len(samples) + 1
+
+
+def test_sigterm_closes_the_headless_recording_cleanly(tmp_path):
+    path = tmp_path / "t.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.2",
+                             "--record", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 0
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    assert not open_recording(path).problems
+
+
+def test_truncated_last_line_is_tolerated_and_reported(tmp_path):
+    lines = [json.dumps(_header())] + [json.dumps(event_to_plain(e)) for e in ALL_EVENTS[:3]]
+    data = ("\n".join(lines) + "\n" + json.dumps(event_to_plain(SAMPLE))[:40]).encode()
+    recording = parse_recording(data)
+    assert recording.events == ALL_EVENTS[:3]
+    assert recording.truncated_tail
+    assert "cut off" in recording.problems
+
+
+def test_corrupt_lines_in_the_middle_are_skipped_and_counted():
+    lines = [json.dumps(_header()), json.dumps(event_to_plain(SAMPLE)), "{not json", '{"type": "sample", "t": "x"}',
+             json.dumps(event_to_plain(ALL_EVENTS[1]))]
+    recording = parse_recording(("\n".join(lines) + "\n").encode())
+    assert recording.events == [SAMPLE, ALL_EVENTS[1]]
+    assert len(recording.skipped) == 2
+    assert "line 3" in recording.skipped[0]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is empty"),
+    (b"\x00\xff\xfe garbage \x89PNG", "not a cliff-tui recording"),
+    (b"hello world\n", "not a cliff-tui recording"),
+    (b'{"type": "header", "format": "other"}\n', "not a cliff-tui recording"),
+    (json.dumps({"type": "header", "format": "cliff-tui-recording", "schema": 99}).encode() + b"\n", "newer"),
+])
+def test_bad_files_fail_with_one_line(tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(BadInput, match=message):
+        open_recording(path)
+    for command in (["replay", str(path)], ["export", str(path), "-o", "csv"]):
+        proc = subprocess.run([sys.executable, "-m", "cliff_tui", *command], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2
+        assert "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def _header() -> dict:
+    return {"type": "header", "format": "cliff-tui-recording", "schema": 1, "command": []}
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@st.composite
+def _recording_bytes(draw) -> bytes:
+    lines = []
+    if draw(st.booleans()):
+        lines.append(json.dumps(_header()).encode())
+    for _ in range(draw(st.integers(0, 6))):
+        kind = draw(st.integers(0, 3))
+        if kind == 0:
+            lines.append(draw(st.binary(max_size=40)))
+        elif kind == 1:
+            event = draw(st.sampled_from(ALL_EVENTS))
+            plain = event_to_plain(event)
+            key = draw(st.sampled_from(sorted(plain)))
+            plain[key] = draw(_json_values)
+            lines.append(json.dumps(plain).encode())
+        elif kind == 2:
+            lines.append(json.dumps(draw(_json_values)).encode())
+        else:
+            lines.append(json.dumps(event_to_plain(draw(st.sampled_from(ALL_EVENTS)))).encode()[: draw(st.integers(0, 60))])
+    return b"\n".join(lines)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_recording_bytes())
+def test_fuzzed_recordings_only_ever_give_clean_errors(data):
+    try:
+        recording = parse_recording(data)
+    except BadInput as exc:
+        assert "\n" not in str(exc)
+        return
+    for event in recording.events:
+        assert type(event) in EVENT_TYPES.values()
+        assert event_from_plain(event_to_plain(event)) == event

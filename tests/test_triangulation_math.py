@@ -1,0 +1,112 @@
+"""The triangulation maths on exact synthetic series."""
+
+from __future__ import annotations
+
+import pytest
+
+from cliff_tui.analysis.triangulation import (
+    Capacity, MemoryPoint, check_points, locate_wall, project, slope_of, triangulate,
+)
+from cliff_tui.events import GpuDelta, RunFailed, RunResult, RunSettings, SpeedVerdict, TriangulationPlanned
+
+MiB = 1024**2
+KiB = 1024
+
+
+def _point(n_ctx, touched, noise=0.0):
+    return MemoryPoint(n_ctx=n_ctx, depth=n_ctx - 256, allocated_bytes=touched, touched_bytes=touched,
+                       noise_bytes=noise)
+
+
+def _result(n_ctx, rss, *, kv=None, gpu_peak=None, kv_device="CPU", cache="f16"):
+    kv = kv if kv is not None else n_ctx * 22.5 * KiB
+    gpus = ()
+    if gpu_peak is not None:
+        gpus = (GpuDelta(0, "GPU", 0, gpu_peak, 0, 0),)
+    return RunResult(
+        run_id=f"r{n_ctx}", settings=RunSettings("m.gguf", n_ctx - 256, 64, cache_type_k=cache, cache_type_v=cache),
+        model_name="m", n_ctx=n_ctx, depth=n_ctx - 256, n_gen=64, kv_device=kv_device,
+        kv_buffers={kv_device: int(kv)}, model_buffers={"CPU_Mapped": 100 * MiB}, compute_buffers={kv_device: 50 * MiB},
+        baseline_tok_s=80.0, depth_tok_s=20.0, prefill_tok_s=100.0, prefilled_tokens=n_ctx - 256, decode_points=(),
+        verdict=SpeedVerdict("ok", "", 75.0, 21.0, 5.0), ram_baseline_bytes=0, ram_peak_bytes=0,
+        swap_baseline_bytes=0, swap_peak_bytes=0, rss_created_bytes=rss, rss_baseline_bytes=rss, rss_peak_bytes=rss,
+        rss_noise_bytes=64 * KiB, gpus=gpus, gpus_reason=None, elapsed_s=1.0,
+    )
+
+
+def test_a_line_is_linear_with_the_right_slope():
+    pts = [_point(n, 200 * MiB + n * 48 * KiB) for n in (16_128, 32_256, 65_024)]
+    checks, first_off = check_points(pts)
+    assert first_off is None and len(checks) == 1 and checks[0].on_line
+    slope = slope_of([p.n_ctx for p in pts], [p.touched_bytes for p in pts])
+    assert slope.bytes_per_token == pytest.approx(48 * KiB)
+    assert slope.kib_per_token == pytest.approx(48)
+    assert slope.mib_per_1k_tokens == pytest.approx(48 * 1000 / 1024)
+    assert slope.intercept_bytes == pytest.approx(200 * MiB)
+
+
+def test_a_knee_is_a_wall_at_the_right_place():
+    knee = 40_000
+
+    def mem(n):
+        return 200 * MiB + n * 40 * KiB + max(0, n - knee) * 200 * KiB
+
+    pts = [_point(n, mem(n)) for n in (8_000, 16_000, 24_000, 32_000, 48_000, 56_000, 64_000)]
+    checks, first_off = check_points(pts)
+    assert first_off == 4  # 48k is the first point off the line
+    assert locate_wall(pts, first_off) == pytest.approx(knee, rel=0.01)
+
+
+def test_the_third_point_check_uses_the_noise():
+    base = [_point(1000, 100 * MiB, noise=1 * MiB), _point(2000, 110 * MiB, noise=1 * MiB)]
+    near = base + [_point(3000, 120 * MiB + 2 * MiB, noise=1 * MiB)]  # 2 MiB off, noise 1 MiB → on the line
+    far = base + [_point(3000, 120 * MiB + 40 * MiB, noise=1 * MiB)]
+    assert check_points(near)[1] is None
+    assert check_points(far)[1] == 2
+
+
+def test_projection_formula_and_max_context():
+    slope = slope_of([1000, 2000], [100 * MiB + 1000 * 64 * KiB, 100 * MiB + 2000 * 64 * KiB])
+    cap = Capacity("GPU0 dedicated VRAM", 1000 * MiB, 100 * MiB)
+    p = project(slope, cap, 8192, wall=None, does_not_fit_at=None)
+    assert p.projected_bytes == pytest.approx(100 * MiB + 8192 * 64 * KiB)
+    assert "100 MiB + 8,192 tok × 64.00 KiB/tok ÷ 1024 = 612 MiB" == p.formula
+    # (1000 - 100 - 100) MiB / 64 KiB per token = 12800 tokens, padded down to 256
+    assert p.max_context == 12_800
+    assert p.fits is True
+
+
+def test_a_failed_allocation_bounds_the_cliff():
+    results = [_result(n, 200 * MiB + n * 30 * KiB) for n in (2304, 4352)]
+    failures = [RunFailed(0.0, "r8448", "does_not_fit", "no room", n_ctx=8448, depth=8192)]
+    plan = TriangulationPlanned(0.0, (2048, 4096, 8192), ("f16",), 32_000, 256 * MiB, ram_available_bytes=20_000 * MiB)
+    tri = triangulate(results, failures, plan, theory_bytes_per_token=23040)
+    assert tri.does_not_fit_at == 8448
+    assert tri.projection.max_context == 8192  # below the failure, though RAM would allow far more
+    assert tri.projection.limited_by == "failed allocation"
+    assert "does not fit at 8,448" in tri.verdict
+
+
+def test_cpu_tier_uses_rss_and_available_ram():
+    results = [_result(n, 150 * MiB + n * 26 * KiB) for n in (768, 1280, 2304)]
+    plan = TriangulationPlanned(0.0, (512, 1024, 2048), ("f16",), 8192, None, ram_available_bytes=4096 * MiB)
+    tri = triangulate(results, (), plan, theory_bytes_per_token=23040)
+    assert tri.verdict == "linear"
+    assert tri.touched.kib_per_token == pytest.approx(26)
+    assert tri.allocated.kib_per_token == pytest.approx(22.5)
+    assert tri.projection.tier.startswith("RAM")
+    reserve = tri.projection.reserve_bytes
+    assert reserve == 256 * MiB  # 5 % of 4 GiB is less than the 256 MiB floor
+    expected = int((4096 * MiB - reserve - 150 * MiB) / (26 * KiB)) // 256 * 256
+    assert tri.projection.max_context == expected
+
+
+def test_gpu_tier_uses_dedicated_vram_peak():
+    results = [_result(n, 1, kv_device="CUDA0", gpu_peak=4000 * MiB + n * 100 * KiB) for n in (4352, 8448, 16640)]
+    plan = TriangulationPlanned(0.0, (4096, 8192, 16384), ("f16",), 40_000, 512 * MiB,
+                                vram_total_bytes=(8192 * MiB,))
+    tri = triangulate(results, (), plan)
+    assert tri.projection.tier == "GPU0 dedicated VRAM"
+    assert tri.touched.kib_per_token == pytest.approx(100)
+    assert tri.projection.fits is False  # 4000 MiB + 40,000 × 100 KiB = 7906 MiB > 8192 − 512 MiB
+    assert tri.projection.max_context == int((8192 - 512 - 4000) * 1024 / 100) // 256 * 256

@@ -1,0 +1,162 @@
+"""Each measurement point in a fresh process.
+
+In one process, RSS does not come back when a llama.cpp context is freed (glibc keeps the
+memory and raises its mmap threshold; measured: a 2048-token context created after freeing a
+1024 one showed no RSS rise at all), so points taken one after another in one process would be
+wrong. A worker is started with the ``spawn`` method (a clean interpreter, no inherited heap),
+runs one :class:`Run` or the calibration, and sends every event back over a pipe.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cliff_tui.events import RunFailed, RunSettings
+
+_CTX = multiprocessing.get_context("spawn")
+POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class PrefillProfile:
+    """Measured cost model of this model on this machine: seconds per prefill token at depth x
+    ≈ ``p + q·x``; seconds per decoded token at depth x ≈ ``a + b·x``; model load seconds."""
+
+    p: float
+    q: float
+    a: float
+    b: float
+    load_s: float
+
+    def prefill_seconds(self, start: int, end: int) -> float:
+        return self.p * (end - start) + self.q * (end * end - start * start) / 2
+
+    def decode_seconds(self, depth: int, n: int) -> float:
+        return (self.a + self.b * depth) * n
+
+    def prefill_tok_s(self, depth: int) -> float:
+        return 1.0 / (self.p + self.q * depth)
+
+
+# --- child side -------------------------------------------------------------------------------
+
+
+def _run_point_main(settings: RunSettings, options: Any, conn: Any) -> None:
+    from cliff_tui.engine.errors import CliffError
+    from cliff_tui.engine.runner import Run
+
+    try:
+        Run(settings, conn.send, options=options).execute()
+    except CliffError:
+        pass  # already sent as RunFailed
+    finally:
+        conn.close()
+
+
+def _calibrate_main(settings: RunSettings, tokens: int, chunk: int, conn: Any) -> None:
+    from cliff_tui.analysis.speed import fit_line
+    from cliff_tui.engine.errors import CliffError
+    from cliff_tui.engine.llama import Context, LoadedModel
+    from cliff_tui.engine.runner import context_size, resolve_settings
+    from cliff_tui.engine.tokens import prompt_tokens
+
+    try:
+        settings, _ = resolve_settings(settings)
+        t0 = time.perf_counter()
+        model = LoadedModel(settings.model_path, settings.n_gpu_layers)
+        load_s = time.perf_counter() - t0
+        context = Context(model, context_size(settings), settings)
+        ids = prompt_tokens(model, tokens, settings.prompt_file)
+        context.decode(ids[:16])
+        shallow = _decode_seconds(context, 9)
+        context.truncate(16)
+        mids, per_token = [], []
+        for start in range(16, tokens, chunk):
+            t = time.perf_counter()
+            context.decode(ids[start:start + chunk])
+            context.synchronize()
+            mids.append(start + chunk / 2)
+            per_token.append((time.perf_counter() - t) / chunk)
+        deep = _decode_seconds(context, 9)
+        fit = fit_line(mids[1:], per_token[1:]) or fit_line(mids, per_token)
+        q = max(fit.slope, 0.0) if fit else 0.0
+        p = max(fit.intercept if fit else per_token[0], 1e-6)
+        b = max((deep - shallow) / (tokens - 16), 0.0)
+        conn.send(PrefillProfile(p=p, q=q, a=shallow, b=b, load_s=load_s))
+        context.free()
+        model.free()
+    except CliffError as exc:
+        conn.send(RunFailed(time.time(), "calibration", exc.kind, str(exc)))
+    finally:
+        conn.close()
+
+
+def _decode_seconds(context: Any, n: int) -> float:
+    """Median seconds per greedy decode step over ``n`` tokens (the first pays for warm-up)."""
+    durations = []
+    token = context.greedy_token()
+    for _ in range(n):
+        t = time.perf_counter()
+        context.decode((token,))
+        context.synchronize()
+        token = context.greedy_token()
+        durations.append(time.perf_counter() - t)
+    rest = sorted(durations[1:])
+    return rest[len(rest) // 2]
+
+
+# --- parent side ------------------------------------------------------------------------------
+
+
+def run_in_worker(target: Callable, args: tuple, on_message: Callable[[Any], None], cancel: threading.Event,
+                  on_pid: Callable[[int | None], None] | None = None) -> int | None:
+    """Start ``target(*args, conn)`` in a fresh process, hand every message it sends to
+    ``on_message``, stop it when ``cancel`` is set. Returns its exit code (None if cancelled)."""
+    parent, child = _CTX.Pipe(duplex=False)
+    process = _CTX.Process(target=target, args=(*args, child), daemon=True, name="cliff-worker")
+    process.start()
+    child.close()
+    if on_pid:
+        on_pid(process.pid)
+    try:
+        while True:
+            if cancel.is_set():
+                process.terminate()
+                process.join(2)
+                if process.is_alive():
+                    process.kill()
+                return None
+            if parent.poll(POLL_S):
+                try:
+                    on_message(parent.recv())
+                except EOFError:
+                    break
+            elif not process.is_alive():
+                while parent.poll():
+                    try:
+                        on_message(parent.recv())
+                    except EOFError:
+                        break
+                break
+        process.join()
+        return process.exitcode
+    finally:
+        parent.close()
+        if on_pid:
+            on_pid(None)
+
+
+def run_point(settings: RunSettings, options: Any, publish: Callable[[Any], None], cancel: threading.Event,
+              on_pid: Callable[[int | None], None] | None = None) -> int | None:
+    return run_in_worker(_run_point_main, (settings, options), publish, cancel, on_pid)
+
+
+def calibrate(settings: RunSettings, cancel: threading.Event, tokens: int = 2048, chunk: int = 256,
+              on_pid: Callable[[int | None], None] | None = None) -> PrefillProfile | RunFailed | None:
+    found: list[Any] = []
+    run_in_worker(_calibrate_main, (settings, tokens, chunk), found.append, cancel, on_pid)
+    return found[0] if found else None

@@ -1,0 +1,123 @@
+"""``cliff-tui export``: a recording as tables for spreadsheets (csv), scripts (json) and bug
+reports (md). The events go through the same pipeline as a replay, so alerts and the
+triangulation are recomputed, not copied."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from typing import Any
+
+from cliff_tui.events import Sample
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.recording.reader import Recording, open_recording
+from cliff_tui.report import RUN_COLUMNS, failure_record, markdown_table, run_record, run_rows, sample_record
+from cliff_tui.units import fmt_bytes, fmt_duration
+
+TABLES = ("samples", "runs", "alerts")
+
+
+def export(path: str, fmt: str, table: str = "samples") -> str:
+    recording = open_recording(path)
+    pipeline = replay_all(recording)
+    if fmt == "csv":
+        return _csv(recording, pipeline, table)
+    if fmt == "json":
+        return json.dumps(_json(recording, pipeline), indent=2, default=str)
+    return _markdown(recording, pipeline)
+
+
+def replay_all(recording: Recording) -> Pipeline:
+    pipeline = Pipeline()
+    for event in recording.events:
+        pipeline.feed(event)
+    return pipeline
+
+
+def samples(recording: Recording) -> list[Sample]:
+    return [e for e in recording.events if isinstance(e, Sample)]
+
+
+def sample_row(s: Sample) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s.t)) + f".{int(s.t % 1 * 1000):03d}Z",
+        "t": round(s.t, 3),
+        "ram_used_bytes": s.ram.used_bytes, "ram_total_bytes": s.ram.total_bytes,
+        "ram_available_bytes": s.ram.available_bytes,
+        "swap_used_bytes": s.swap.used_bytes, "swap_total_bytes": s.swap.total_bytes,
+    }
+    for g in s.gpus:
+        for name in ("vram_used_bytes", "vram_total_bytes", "shared_used_bytes", "util_pct", "temperature_c",
+                     "pcie_rx_bytes_s", "pcie_tx_bytes_s"):
+            row[f"gpu{g.index}_{name}"] = getattr(g, name)
+    if s.process is not None:
+        row["process_pid"] = s.process.pid
+        row["process_rss_bytes"] = s.process.total_rss_bytes
+    return row
+
+
+def _csv(recording: Recording, pipeline: Pipeline, table: str) -> str:
+    if table == "runs":
+        rows = [{k: v for k, v in run_record(r).items() if not isinstance(v, (list, dict))} for r in pipeline.results]
+    elif table == "alerts":
+        rows = [{"t": a.t, "sign": a.sign, "level": a.level, "message": a.message} for a in pipeline.alerts]
+    else:
+        rows = [sample_row(s) for s in samples(recording)]
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(c for c in row if c not in columns)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns or ["t"], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue().rstrip("\n")
+
+
+def _json(recording: Recording, pipeline: Pipeline) -> dict[str, Any]:
+    from cliff_tui.triangulate import triangulation_output
+
+    triangulation = json.loads(triangulation_output(pipeline, "json")) if pipeline.results else None
+    return {
+        "header": recording.header,
+        "problems": recording.problems or None,
+        "samples": [sample_record(s) for s in samples(recording)],
+        "runs": [run_record(r) for r in pipeline.results],
+        "failures": [failure_record(f) for f in pipeline.failures],
+        "alerts": [{"t": a.t, "sign": a.sign, "level": a.level, "message": a.message} for a in pipeline.alerts],
+        "triangulation": triangulation,
+    }
+
+
+def _markdown(recording: Recording, pipeline: Pipeline) -> str:
+    from cliff_tui.report import triangulation_markdown
+
+    h = recording.header
+    ss = samples(recording)
+    lines = [f"# cliff-tui recording: {recording.path}", ""]
+    machine = h.get("machine") or {}
+    lines.append(f"- recorded by cliff-tui {h.get('tool_version', '?')} on {machine.get('hostname', '?')} "
+                 f"({machine.get('os', machine.get('platform', '?'))}), command: `{' '.join(h.get('command') or [])}`")
+    if h.get("gpus"):
+        lines.append("- GPUs: " + ", ".join(g.get("name", "?") for g in h["gpus"]) + f" (driver {h.get('driver')})")
+    if ss:
+        lines.append(f"- {len(ss)} samples over {fmt_duration(ss[-1].t - ss[0].t)}; RAM peak "
+                     f"{fmt_bytes(max(s.ram.used_bytes for s in ss))} of {fmt_bytes(ss[-1].ram.total_bytes)}")
+        for index in sorted({g.index for s in ss for g in s.gpus}):
+            used = [g.vram_used_bytes for s in ss for g in s.gpus if g.index == index and g.vram_used_bytes is not None]
+            if used:
+                lines.append(f"- GPU{index} dedicated VRAM peak {fmt_bytes(max(used))}")
+    if recording.problems:
+        lines.append(f"- damaged: {recording.problems}")
+    if pipeline.results or pipeline.failures:
+        lines += ["", "## Runs", ""]
+        lines.append(triangulation_markdown(pipeline.triangulations(), pipeline.results, pipeline.failures)
+                     if pipeline.plan else markdown_table(run_rows(pipeline.results), RUN_COLUMNS))
+        for r in pipeline.results:
+            lines.append(f"- {r.run_id}: {r.verdict.level} — {r.verdict.text}")
+    if pipeline.alerts:
+        lines += ["", "## Alerts (recomputed)", ""]
+        start = ss[0].t if ss else 0.0
+        lines += [f"- +{fmt_duration(a.t - start)} sign {a.sign} {a.level}: {a.message}" for a in pipeline.alerts]
+    return "\n".join(lines)

@@ -1,0 +1,217 @@
+"""``cliff-tui triangulate``: a run per depth, each in a fresh worker process, chained.
+
+Memory points need a context per depth (llama.cpp reserves the KV cache for n_ctx when the
+context is created), but speed at depth needs a prefill to that depth. Three naive runs at
+16k/32k/65k prefill 113k tokens; chained, each worker loads the previous worker's KV state
+(``llama_state_seq_save_file`` → ``load_file``) into its own, larger context and prefills only
+the difference: 65k tokens in all, and the costliest deep tokens once. Every point still has its
+own context, its own baseline (memory and decode speed, measured before the state is loaded),
+its own peak and its own decode at depth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import threading
+import time
+from typing import Callable, Sequence
+
+from cliff_tui.analysis.theory import kv_bytes_per_token, pad_n_ctx
+from cliff_tui.engine.errors import BadInput, Cancelled
+from cliff_tui.engine.gguf_meta import read_model_info
+from cliff_tui.engine.runner import RunOptions, resolve_settings
+from cliff_tui.engine.worker import PrefillProfile, calibrate, run_point
+from cliff_tui.events import ModelInfo, Notice, RunFailed, RunFinished, RunSettings, TriangulationPlanned
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.probes.sampler import Sampler
+from cliff_tui.units import fmt_duration
+
+DEFAULT_DEPTHS = (16_000, 32_000, 65_000)
+MIN_DEEPEST = 1024
+DEPTH_STEP = 256
+
+
+def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, chain: bool,
+                     probes: int = 7, probe_tokens: int = 8, baseline_tokens: int = 32) -> float:
+    """Wall time of a triangulation from the measured cost model (both designs, for the README)."""
+    total, reached = 0.0, 0
+    for depth in sorted(depths):
+        start = reached if chain else 0
+        total += profile.load_s + profile.decode_seconds(0, baseline_tokens)
+        total += profile.prefill_seconds(start, depth)
+        total += sum(profile.decode_seconds(depth * k // (probes + 1), probe_tokens) for k in range(1, probes + 1)
+                     if depth * k // (probes + 1) > start)
+        total += profile.decode_seconds(depth, n_gen)
+        reached = depth
+    return total
+
+
+def fit_depths(profile: PrefillProfile, budget_s: float, n_gen: int, shape: Sequence[int] = DEFAULT_DEPTHS) -> list[int]:
+    """The default depths scaled down (same ratios) until the chained triangulation fits the budget."""
+    ratios = [d / max(shape) for d in shape]
+    lo, hi = MIN_DEEPEST, max(shape)
+    while hi - lo > DEPTH_STEP:
+        mid = (lo + hi) // 2
+        if estimate_seconds(profile, _scaled(ratios, mid), n_gen, chain=True) <= budget_s:
+            lo = mid
+        else:
+            hi = mid
+    return _scaled(ratios, lo)
+
+
+def _scaled(ratios: Sequence[float], deepest: int) -> list[int]:
+    deepest = max(MIN_DEEPEST, deepest // 1024 * 1024)
+    out = sorted({max(DEPTH_STEP, int(deepest * r) // DEPTH_STEP * DEPTH_STEP) for r in ratios})
+    return out
+
+
+class TriangulateJob:
+    follows_own_process = False
+
+    def __init__(self, base: RunSettings, *, depths: Sequence[int] | None, target: int | None,
+                 reserve: int | None, kv_types: Sequence[tuple[str, str]], budget_s: float = 300,
+                 chain: bool = True, options: RunOptions | None = None) -> None:
+        self.base = base
+        self.requested_depths = sorted(set(depths)) if depths else None
+        self.target = target
+        self.reserve = reserve
+        self.kv_types = list(kv_types)
+        self.budget_s = budget_s
+        self.chain = chain
+        self.options = options or RunOptions()
+        self.on_worker: Callable[[int | None], None] | None = None
+        self.cancelled = False
+        self.depths: list[int] = list(self.requested_depths or DEFAULT_DEPTHS)
+        shown = ",".join(f"{d:,}" for d in self.depths) if self.requested_depths else "adaptive"
+        self.title = f"depths {shown}"
+
+    def run(self, publish: Callable[[object], None], cancel: threading.Event) -> None:
+        for k, v in self.kv_types:
+            resolve_settings(dataclasses.replace(self.base, depth=1, cache_type_k=k, cache_type_v=v))
+        model = read_model_info(self.base.model_path)
+        first = Sampler(pid=None).sample()
+        note = ""
+        if self.requested_depths is None:
+            self.depths, note = self._plan_depths(model, publish, cancel)
+        self.title = f"depths {', '.join(f'{d:,}' for d in self.depths)}"
+        publish(TriangulationPlanned(
+            t=time.time(), depths=tuple(self.depths),
+            kv_types=tuple(dataclasses.replace(self.base, cache_type_k=k, cache_type_v=v).cache_label
+                           for k, v in self.kv_types),
+            target=self.target or model.n_ctx_train or 2 * max(self.depths), reserve_bytes=self.reserve,
+            ram_available_bytes=first.ram.available_bytes,
+            vram_total_bytes=tuple(g.vram_total_bytes for g in first.gpus), note=note))
+        for k, v in self.kv_types:
+            self._triangulate_type(model, k, v, publish, cancel)
+            if self.cancelled:
+                return
+
+    def _plan_depths(self, model: ModelInfo, publish: Callable, cancel: threading.Event) -> tuple[list[int], str]:
+        publish(Notice(time.time(), "measuring this machine's prefill speed to choose depths that fit "
+                                    f"{fmt_duration(self.budget_s)} (pass --depths to choose)"))
+        settings = dataclasses.replace(self.base, depth=2048, n_gen=16, cache_type_k=self.kv_types[0][0],
+                                       cache_type_v=self.kv_types[0][1])
+        profile = calibrate(settings, cancel, on_pid=self.on_worker)
+        if cancel.is_set():
+            self._stop()
+        if isinstance(profile, RunFailed):
+            raise BadInput(profile.message)
+        if profile is None:
+            raise BadInput("the calibration worker died: see the log (l) or run `cliff-tui run` to see why")
+        budget = self.budget_s / len(self.kv_types)
+        default_time = estimate_seconds(profile, DEFAULT_DEPTHS, self.base.n_gen, chain=True)
+        if default_time <= budget:
+            return list(DEFAULT_DEPTHS), f"16k/32k/65k fit: about {fmt_duration(default_time)}"
+        depths = fit_depths(profile, budget, self.base.n_gen)
+        chosen_time = estimate_seconds(profile, depths, self.base.n_gen, chain=True)
+        note = (f"16k/32k/65k would take about {fmt_duration(default_time)} here (prefill "
+                f"{profile.prefill_tok_s(0):.0f} tok/s at depth 0, {profile.prefill_tok_s(65_000):.0f} at 65k); "
+                f"using {', '.join(f'{d:,}' for d in depths)} (about {fmt_duration(chosen_time)}) — "
+                "--depths always wins")
+        publish(Notice(time.time(), note, "warn"))
+        return depths, note
+
+    def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Callable, cancel: threading.Event) -> None:
+        workdir = tempfile.mkdtemp(prefix="cliff-tui-")
+        state_in = None
+        try:
+            for i, depth in enumerate(self.depths):
+                deeper = i + 1 < len(self.depths)
+                state_out = os.path.join(workdir, f"kv-{depth}.bin") if self.chain and deeper else None
+                if state_out and not _room_for_state(model, k, v, depth, workdir):
+                    publish(Notice(time.time(), f"not enough free disk in {workdir} to chain the KV state at "
+                                                f"{depth:,} tokens: the next point prefills from zero", "warn"))
+                    state_out = None
+                settings = dataclasses.replace(self.base, depth=depth, cache_type_k=k, cache_type_v=v)
+                options = dataclasses.replace(self.options, run_id=f"{k}-{depth}", state_in=state_in,
+                                              state_out=state_out)
+                finished = self._point(settings, options, publish, cancel)
+                if self.cancelled:
+                    return
+                if state_in and os.path.exists(state_in):
+                    os.remove(state_in)
+                state_in = state_out if finished and state_out and os.path.exists(state_out) else None
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _point(self, settings: RunSettings, options: RunOptions, publish: Callable, cancel: threading.Event) -> bool:
+        outcome: list[object] = []
+
+        def relay(event: object) -> None:
+            if isinstance(event, (RunFinished, RunFailed)):
+                outcome.append(event)
+            publish(event)
+
+        code = run_point(settings, options, relay, cancel, on_pid=self.on_worker)
+        if code is None:
+            self._stop()
+        if not outcome:
+            n_ctx = pad_n_ctx(settings.n_ctx or settings.depth + settings.n_gen)
+            why = "killed by a signal (out of memory?)" if code and code < 0 else f"exit code {code}"
+            publish(RunFailed(time.time(), options.run_id, "does_not_fit",
+                              f"the worker for {settings.depth:,} tokens died: {why}", n_ctx=n_ctx,
+                              depth=settings.depth))
+            return False
+        return isinstance(outcome[-1], RunFinished)
+
+    def _stop(self) -> None:
+        self.cancelled = True
+        raise Cancelled("cancelled")
+
+
+def _room_for_state(model: ModelInfo, k: str, v: str, depth: int, folder: str) -> bool:
+    per_token = kv_bytes_per_token(model, k, v)
+    if per_token is None:
+        return True
+    return per_token * depth * 1.2 < shutil.disk_usage(folder).free
+
+
+def triangulation_output(pipeline: Pipeline, fmt: str) -> str:
+    from cliff_tui.report import (dumps, failure_record, kv_ratios, run_record, triangulation_markdown,
+                                  triangulation_record)
+
+    tris = pipeline.triangulations()
+    results, failures = pipeline.results, pipeline.failures
+    if fmt == "md":
+        plan = pipeline.plan
+        head = f"depths: {', '.join(f'{d:,}' for d in plan.depths)}\n\n" if plan else ""
+        return head + triangulation_markdown(tris, results, failures)
+    if fmt == "csv":
+        return dumps([run_record(r) for r in results], "csv")
+    groups = pipeline.run_groups()
+    records = [triangulation_record(tri, groups[key].results, groups[key].failures, groups[key].model)
+               for key, tri in tris.items()]
+    if fmt == "jsonl":
+        lines = [dumps([run_record(r)], "jsonl") for r in results]
+        lines += [dumps([{"type": "triangulation", **rec}], "jsonl") for rec in records]
+        return "\n".join(lines)
+    top = dict(records[0]) if records else {"runs": [], "failures": [failure_record(f) for f in failures]}
+    if pipeline.plan is not None:
+        top["plan"] = {"depths": list(pipeline.plan.depths), "note": pipeline.plan.note}
+    if len(records) > 1:
+        top["kv_compare"] = records
+        top["kv_ratios"] = kv_ratios(tris)
+    return dumps([top], "json")
