@@ -192,13 +192,13 @@ def run_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
     for r in results:
         point = memory_point(r)
         rows.append({
-            "model": r.model_name, "kv": f"{r.settings.cache_type_k}/{r.settings.cache_type_v}",
+            "model": r.model_name, "kv": r.settings.cache_label,
             "n_ctx": f"{r.n_ctx:,}", "depth": f"{r.depth:,}",
             "mem_base": fmt_bytes(r.rss_baseline_bytes if point.touched_bytes == r.rss_peak_bytes
                                   else next((g.baseline_bytes for g in r.gpus), None)),
             "mem_peak": fmt_bytes(point.touched_bytes),
             "shared": _shared(r), "ram_delta": fmt_bytes(r.ram_delta_bytes),
-            "tok_s": f"{fmt_tok_s(r.baseline_tok_s)} → {fmt_tok_s(r.depth_tok_s)}",
+            "tok_s": f"{fmt_tok_s(r.baseline_tok_s)}→{fmt_tok_s(r.depth_tok_s)}",
             "drop": fmt_pct(r.drop_pct), "vs_trend": fmt_pct(r.verdict.drop_vs_expected_pct),
             "verdict": r.verdict.level,
         })
@@ -207,7 +207,7 @@ def run_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
 
 RUN_COLUMNS = [("model", "model"), ("kv", "kv"), ("n_ctx", "n_ctx"), ("depth", "depth"),
                ("mem_base", "mem base"), ("mem_peak", "mem peak"), ("shared", "shared Δ"),
-               ("ram_delta", "RAM Δ"), ("tok_s", "t/s base → depth"), ("drop", "drop"),
+               ("ram_delta", "RAM Δ"), ("tok_s", "tok/s base→depth"), ("drop", "drop"),
                ("vs_trend", "vs trend"), ("verdict", "verdict")]
 
 

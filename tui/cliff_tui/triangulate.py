@@ -24,7 +24,9 @@ from cliff_tui.engine.errors import BadInput, Cancelled
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.runner import RunOptions, resolve_settings
 from cliff_tui.engine.worker import PrefillProfile, calibrate, run_point
-from cliff_tui.events import ModelInfo, Notice, RunFailed, RunFinished, RunSettings, TriangulationPlanned
+from cliff_tui.events import (
+    DecodePoint, ModelInfo, Notice, RunFailed, RunFinished, RunResult, RunSettings, TriangulationPlanned,
+)
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.units import fmt_duration
@@ -137,6 +139,7 @@ class TriangulateJob:
     def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Callable, cancel: threading.Event) -> None:
         workdir = tempfile.mkdtemp(prefix="cliff-tui-")
         state_in = None
+        prior: tuple[DecodePoint, ...] = ()
         try:
             for i, depth in enumerate(self.depths):
                 deeper = i + 1 < len(self.depths)
@@ -147,17 +150,20 @@ class TriangulateJob:
                     state_out = None
                 settings = dataclasses.replace(self.base, depth=depth, cache_type_k=k, cache_type_v=v)
                 options = dataclasses.replace(self.options, run_id=f"{k}-{depth}", state_in=state_in,
-                                              state_out=state_out)
+                                              state_out=state_out, prior_points=prior if state_in else ())
                 finished = self._point(settings, options, publish, cancel)
                 if self.cancelled:
                     return
                 if state_in and os.path.exists(state_in):
                     os.remove(state_in)
                 state_in = state_out if finished and state_out and os.path.exists(state_out) else None
+                if finished:
+                    prior = tuple(p for p in finished.decode_points if p.phase != "baseline")
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def _point(self, settings: RunSettings, options: RunOptions, publish: Callable, cancel: threading.Event) -> bool:
+    def _point(self, settings: RunSettings, options: RunOptions, publish: Callable,
+               cancel: threading.Event) -> RunResult | None:
         outcome: list[object] = []
 
         def relay(event: object) -> None:
@@ -174,8 +180,8 @@ class TriangulateJob:
             publish(RunFailed(time.time(), options.run_id, "does_not_fit",
                               f"the worker for {settings.depth:,} tokens died: {why}", n_ctx=n_ctx,
                               depth=settings.depth))
-            return False
-        return isinstance(outcome[-1], RunFinished)
+            return None
+        return outcome[-1].result if isinstance(outcome[-1], RunFinished) else None
 
     def _stop(self) -> None:
         self.cancelled = True

@@ -115,6 +115,7 @@ class Context:
         params.flash_attn_type = FLASH_ATTN[settings.flash_attn]
         params.no_perf = False
         self.n_batch = params.n_batch
+        self.n_ubatch = params.n_ubatch
         self.ptr = L.llama_init_from_model(model.ptr, params)
         if not self.ptr:
             why = last_problem(log, mark)

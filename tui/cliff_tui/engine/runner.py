@@ -48,6 +48,10 @@ class RunOptions:
     window_tokens: int = 8
     state_in: str | None = None
     state_out: str | None = None
+    # Decode points measured by earlier runs of the same model and settings (a chained
+    # triangulation): speed at a depth does not depend on n_ctx, and they give the depth trend
+    # the shallow points this run skipped by loading a saved state.
+    prior_points: tuple[DecodePoint, ...] = ()
     sample_interval: float = 0.25
     progress_interval: float = 0.25
 
@@ -153,7 +157,7 @@ class Run:
                 context.free()
             if model is not None:
                 model.free()
-        all_points = (base_point, *points, *depth_points)
+        all_points = (base_point, *self.options.prior_points, *points, *depth_points)
         verdict = classify_speed(baseline_tok_s, depth_tok_s, s.depth, all_points, self.tracker.throttle_seen)
         result = self._result(info, n_ctx, created, baseline_tok_s, depth_tok_s, prefill_tok_s, started_from,
                               all_points, verdict, time.monotonic() - t0)
@@ -182,10 +186,13 @@ class Run:
         checkpoints = [c for c in checkpoints if c > reached]
         points: list[DecodePoint] = []
         t_start = time.perf_counter()
+        self._progress("prefill", reached, force=True)
         context.abort_on(self.cancel)
         try:
             while reached < s.depth:
-                stop = min(s.depth, reached + context.n_batch, *(c for c in checkpoints if c > reached))
+                # one ubatch per call: llama.cpp splits a batch into ubatches anyway, and smaller
+                # calls give a live depth and ETA
+                stop = min(s.depth, reached + context.n_ubatch, *(c for c in checkpoints if c > reached))
                 t = time.perf_counter()
                 context.decode(tokens[reached:stop])
                 context.synchronize()

@@ -49,6 +49,8 @@ class NvidiaProbe:
         self._unsupported: dict[tuple[int, str], str] = {}
         self._lost: dict[int, str] = {}
         self._process_fn: Callable | None = None
+        self._clock_fn: Callable | None = None
+        self._initialised = False
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -61,18 +63,36 @@ class NvidiaProbe:
             return
         try:
             nvml.nvmlInit()
-            count = nvml.nvmlDeviceGetCount()
-            self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-            self._names = [_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
         except nvml.NVMLError as exc:
             self.reason = _init_reason(nvml, exc)
-            self._handles = []
+            return
+        self._initialised = True
+        try:
+            for i in range(nvml.nvmlDeviceGetCount()):
+                self._open_gpu(i)
+        except nvml.NVMLError as exc:
+            self.reason = _init_reason(nvml, exc)
+            self._handles, self._names = [], []
             return
         if not self._handles:
             self.reason = "the NVIDIA driver is loaded but reports no GPU"
 
+    def _open_gpu(self, i: int) -> None:
+        nvml = self._nvml
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            name = _text(nvml.nvmlDeviceGetName(handle))
+        except nvml.NVMLError as exc:
+            if getattr(exc, "value", None) != nvml.NVML_ERROR_GPU_IS_LOST:
+                raise
+            handle, name = None, f"GPU {i}"  # one GPU off the bus must not hide the others
+            self._lost[i] = LOST_REASON
+        self._handles.append(handle)
+        self._names.append(name)
+
     def close(self) -> None:
-        if self._started and self._handles and self._nvml is not None:
+        if self._initialised and self._nvml is not None:
+            self._initialised = False
             try:
                 self._nvml.nvmlShutdown()
             except Exception:  # noqa: BLE001 - shutting down a driver we no longer need
@@ -121,9 +141,16 @@ class NvidiaProbe:
         nvml = self._nvml
         version = getattr(nvml, "nvmlMemory_v2", None)
         if version is not None and (index, "memory_v2") not in self._unsupported:
-            info = self._field(index, "memory_v2", {}, lambda: nvml.nvmlDeviceGetMemoryInfo(handle, version=version))
+            v2: dict[str, str] = {}
+            info = self._field(index, "memory_v2", v2, lambda: nvml.nvmlDeviceGetMemoryInfo(handle, version=version))
             if info is not None:
                 return int(info.used), int(info.total), int(info.reserved)
+            if (index, "memory_v2") not in self._unsupported:
+                # A passing error: n/a this tick. v1's "used" includes the reserved memory, so
+                # falling back would show a jump of `reserved` bytes that nothing allocated.
+                for name in ("vram_used_bytes", "vram_total_bytes", "vram_reserved_bytes"):
+                    reasons[name] = v2["memory_v2"]
+                return None, None, None
         info = self._field(index, "vram_used_bytes", reasons, lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
         reasons.setdefault("vram_reserved_bytes", "nvmlDeviceGetMemoryInfo_v2 not available in this driver")
         if info is None:
@@ -133,12 +160,18 @@ class NvidiaProbe:
 
     def _clock_events(self, handle: Any) -> tuple[str, ...]:
         nvml = self._nvml
-        fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-        try:
-            mask = fn(handle) if fn else nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
-        except nvml.NVMLError_FunctionNotFound:
-            mask = nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
-        return tuple(name for bit, name in _CLOCK_EVENT_BITS.items() if mask & bit)
+        if self._clock_fn is None:
+            fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            if fn is not None:
+                try:
+                    mask = fn(handle)
+                except nvml.NVMLError_FunctionNotFound:  # driver < R535: use the old name from now on
+                    pass
+                else:
+                    self._clock_fn = fn
+                    return _clock_words(mask)
+            self._clock_fn = nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return _clock_words(self._clock_fn(handle))
 
     def _pcie_throughput(self, index: int, handle: Any, reasons: dict[str, str]) -> tuple:
         if not self._pcie:
@@ -153,7 +186,8 @@ class NvidiaProbe:
         return (None if rx is None else rx * 1024.0), (None if tx is None else tx * 1024.0)
 
     def _processes(self, handle: Any) -> tuple[GpuProcess, ...]:
-        """Per-process used memory; v3 → v2 → v1, remembering which one this driver has."""
+        """Per-process used memory; v3 → v2 → v1, remembering which one this driver has.
+        (In nvidia-ml-py ≥ 11.515 the unversioned name is v3 again; older bindings give v1.)"""
         nvml = self._nvml
         if self._process_fn is not None:
             return _to_processes(self._process_fn(handle))
@@ -185,7 +219,7 @@ class NvidiaProbe:
         except nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
             if code == nvml.NVML_ERROR_GPU_IS_LOST:
-                raise _GpuLost("GPU is lost (fell off the bus): see dmesg; a reboot may be needed") from exc
+                raise _GpuLost(LOST_REASON) from exc
             if code in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
                 why = ("not supported by this GPU" if code == nvml.NVML_ERROR_NOT_SUPPORTED
                        else "not in this NVIDIA driver")
@@ -194,6 +228,13 @@ class NvidiaProbe:
                 return None
             reasons[name] = f"NVML error: {exc}"
             return None
+
+
+LOST_REASON = "GPU is lost (fell off the bus): see dmesg; a reboot may be needed"
+
+
+def _clock_words(mask: int) -> tuple[str, ...]:
+    return tuple(name for bit, name in _CLOCK_EVENT_BITS.items() if mask & bit)
 
 
 class _GpuLost(Exception):

@@ -85,7 +85,9 @@ class CliffApp(App):
         self.narrow_view = "dash"
         self._preload = list(preload)
         self._sampler_thread: SamplerThread | None = None
-        self._drawn = -1
+        self._drawn: object = None
+        self._panel_ids: list[str] = []
+        self._rebuilding = False
         self.player = None
         if recording is not None:
             from cliff_tui.recording.player import Player
@@ -196,23 +198,32 @@ class CliffApp(App):
             self._draw_projection()
 
     def _draw_panels(self) -> None:
-        dash = self.query_one("#dash")
         hint = "" if self.mode in ("run", "triangulate", "attach", "replay") else render.NO_SOURCE
         panels = render.panels(self.pipeline, hint or "waiting for tokens…")
         line = render.no_vram_line(self.pipeline.latest)
         wanted = ([("novram", line)] if line else []) + [(panel.key, panel) for panel in panels]
-        existing = {child.id: child for child in dash.children}
-        if [c.id for c in dash.children] != [f"panel-{k}" for k, _ in wanted]:
-            dash.remove_children()
-            dash.mount_all([PanelView(id=f"panel-{k}", classes="panel") for k, _ in wanted])
-            self.call_after_refresh(self._draw_panels)
+        ids = [f"panel-{key}" for key, _ in wanted]
+        if ids != self._panel_ids:
+            if not self._rebuilding:
+                self._rebuilding = True
+                self.run_worker(self._rebuild_panels(ids), group="panels")
             return
-        for key, item in wanted:
-            view = existing[f"panel-{key}"]
+        dash = self.query_one("#dash")
+        for view, (_, item) in zip(dash.children, wanted):
             if isinstance(item, str):
                 view.show(item, render.Text(item, style="yellow"))
             else:
                 view.show((self.pipeline.version, view.size.width), item.renderable())
+
+    async def _rebuild_panels(self, ids: list[str]) -> None:
+        """The set of tiers changed (a GPU appeared, a --pid process…): remount, then draw."""
+        dash = self.query_one("#dash")
+        await dash.remove_children()
+        await dash.mount_all([PanelView(id=panel_id, classes="panel") for panel_id in ids])
+        self._panel_ids = ids
+        self._rebuilding = False
+        self._drawn = None
+        self._draw()
 
     def _draw_projection(self) -> None:
         view = self.query_one("#projection-view", PanelView)

@@ -16,13 +16,17 @@ from cliff_tui.report import RUN_COLUMNS, kv_ratios, run_rows
 from cliff_tui.units import fmt_bytes
 
 MiB = 1024**2
-TABLE_COLUMNS = [c for c in RUN_COLUMNS if c[0] != "model"]
+_COLORS = [("cyan", "red"), ("green", "magenta"), ("blue", "yellow")]
+# The pane is narrow: model (in the title), depth (n_ctx says it) and drop (vs trend says more) go.
+TABLE_COLUMNS = [c for c in RUN_COLUMNS if c[0] not in ("model", "depth", "drop")]
+SHORT_TITLES = {"mem_base": "base", "mem_peak": "peak", "shared": "shared", "tok_s": "tok/s", "vs_trend": "Δtrend"}
 
 
 def runs_table(results: Sequence[RunResult], failures: Sequence[RunFailed]) -> Table:
     table = Table(box=None, padding=(0, 1), header_style="bold", expand=False)
     for key, title in TABLE_COLUMNS:
-        table.add_column(title, justify="left" if key in ("kv", "verdict") else "right", no_wrap=True)
+        table.add_column(SHORT_TITLES.get(key, title), justify="left" if key in ("kv", "verdict") else "right",
+                         no_wrap=True)
     for row in run_rows(results):
         style = {"red": "red", "amber": "yellow"}.get(row["verdict"], "")
         table.add_row(*(row[key] for key, _ in TABLE_COLUMNS), style=style)
@@ -69,35 +73,58 @@ def _slope(slope) -> str:
 
 
 def chart(tris: dict[str, Triangulation], width: int, height: int, color: bool = True) -> Text:
-    """Memory against context: measured points, the fitted line, capacity, and the cliff."""
+    """Memory against context: measured points, the fitted line, capacity, and the cliff.
+
+    The x axis spans the measured points and the target; a cliff or capacity far beyond that
+    is named below the chart instead of squashing the points into one column."""
     plt.clf()
     plt.plotsize(max(width, 30), max(height, 8))
-    plt.theme("pro" if color else "clear")
-    xmax = 0
-    capacity = None
-    for key, tri in tris.items():
+    plt.theme("clear")
+    measured = [pt for tri in tris.values() for pt in tri.points if pt.touched_bytes is not None]
+    if not measured:
+        return Text("")
+    span = max(max(pt.n_ctx for pt in measured), *(t.projection.target for t in tris.values())) * 1.1
+    notes = []
+    top = 0.0
+    for index, (key, tri) in enumerate(tris.items()):
         pts = [pt for pt in tri.points if pt.touched_bytes is not None]
         if not pts:
             continue
-        xs = [pt.n_ctx for pt in pts]
-        plt.scatter(xs, [pt.touched_bytes / MiB for pt in pts], marker="●", label=f"{key} measured")
-        p = tri.projection
-        xmax = max(xmax, *xs, p.target, p.max_context or 0)
-        if tri.touched.bytes_per_token is not None:
-            line_x = [0, xmax]
-            plt.plot(line_x, [(tri.touched.intercept_bytes + x * tri.touched.bytes_per_token) / MiB for x in line_x],
-                     label=f"{key} fit")
-        if p.capacity_bytes is not None:
-            capacity = (p.capacity_bytes - (p.reserve_bytes or 0)) / MiB
-        if p.max_context:
-            plt.vline(p.max_context)
-    if capacity is not None:
-        plt.hline(capacity)
+        line_color, point_color = _COLORS[index % len(_COLORS)] if color else ("default", "default")
+        slope = tri.touched
+        if slope.bytes_per_token is not None:  # the line first: the measured points go on top
+            ends = [0, span]
+            ys = [(slope.intercept_bytes + x * slope.bytes_per_token) / MiB for x in ends]
+            plt.plot(ends, ys, label=f"{key} fit", color=line_color)
+            top = max(top, *ys)
+        plt.scatter([pt.n_ctx for pt in pts], [pt.touched_bytes / MiB for pt in pts], marker="●",
+                    label=f"{key} measured", color=point_color)
+        top = max(top, *(pt.touched_bytes / MiB for pt in pts))
+        cliff = tri.projection.max_context
+        if cliff is not None and cliff <= span:
+            plt.vline(cliff, "red" if color else "default")
+        elif cliff is not None:
+            notes.append(f"{key}: cliff at {cliff:,} tokens, off the chart")
+    capacity = _usable_capacity(tris)
+    if capacity is not None and capacity <= top * 1.5:
+        plt.hline(capacity, "yellow" if color else "default")
+    elif capacity is not None:
+        notes.append(f"capacity {fmt_bytes(capacity * MiB)}, off the chart")
     plt.xlabel("context (tokens)")
     plt.ylabel("MiB")
-    if xmax:
-        plt.xlim(0, xmax * 1.05)
-    return Text.from_ansi(plt.build())
+    plt.xlim(0, span)
+    text = Text.from_ansi(plt.build())
+    if notes:
+        text.append("\n" + " · ".join(notes), style="dim")
+    return text
+
+
+def _usable_capacity(tris: dict[str, Triangulation]) -> float | None:
+    for tri in tris.values():
+        p = tri.projection
+        if p.capacity_bytes is not None:
+            return (p.capacity_bytes - (p.reserve_bytes or 0)) / MiB
+    return None
 
 
 def pane(p: Pipeline, width: int, chart_height: int, color: bool = True) -> RenderableType:

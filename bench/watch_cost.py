@@ -1,0 +1,139 @@
+"""What `cliff-tui watch` costs next to a chat session: CPU, terminal bytes, memory.
+
+Runs `cliff-tui watch -i 0.25` (4 Hz) and btop (Debian's package, update_ms = 250 from a
+temporary config) side by side, each in its own pseudo-terminal of 120×40, for --minutes.
+Both ptys are drained continuously, as a terminal would. Reports, per tool: CPU seconds per
+minute (user + system, children included), bytes written to the terminal per second, and for
+cliff-tui the RSS after 1 minute and at the end.
+
+    python bench/watch_cost.py --minutes 10            # the figures in bench/RESULTS.md
+    python bench/watch_cost.py --minutes 1 --no-btop   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import pty
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+COLS, ROWS = 120, 40
+
+
+@dataclass
+class Terminal:
+    name: str
+    proc: subprocess.Popen
+    master: int
+    bytes_read: int = 0
+    rss_samples: dict[float, int] = field(default_factory=dict)
+
+    def cpu_seconds(self) -> float:
+        p = psutil.Process(self.proc.pid)
+        times = p.cpu_times()
+        total = times.user + times.system
+        for child in p.children(recursive=True):
+            try:
+                t = child.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
+    def rss(self) -> int:
+        return psutil.Process(self.proc.pid).memory_info().rss
+
+
+def spawn(name: str, argv: list[str], env: dict[str, str]) -> Terminal:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    return Terminal(name, proc, master)
+
+
+def btop_env(base: dict[str, str]) -> dict[str, str]:
+    home = tempfile.mkdtemp(prefix="bench-btop-")
+    os.makedirs(os.path.join(home, ".config", "btop"))
+    with open(os.path.join(home, ".config", "btop", "btop.conf"), "w") as f:
+        f.write("update_ms = 250\n")
+    return {**base, "HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config")}
+
+
+def drain(terminals: list[Terminal], seconds: float) -> None:
+    end = time.monotonic() + seconds
+    fds = {t.master: t for t in terminals}
+    while (left := end - time.monotonic()) > 0:
+        ready, _, _ = select.select(list(fds), [], [], min(left, 0.1))
+        for fd in ready:
+            try:
+                fds[fd].bytes_read += len(os.read(fd, 65536))
+            except OSError:
+                fds.pop(fd)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=10)
+    parser.add_argument("--warmup", type=float, default=5, help="seconds ignored at start")
+    parser.add_argument("--no-btop", action="store_true")
+    args = parser.parse_args()
+
+    env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
+    cliff = shutil.which("cliff-tui") or sys.exit("cliff-tui is not on PATH: activate its venv")
+    terminals = [spawn("cliff-tui watch -i 0.25", [cliff, "watch", "-i", "0.25"], env)]
+    if not args.no_btop:
+        btop = shutil.which("btop") or sys.exit("btop is not installed: apt-get install btop")
+        terminals.append(spawn("btop (update_ms 250)", [btop, "--utf-force"], btop_env(env)))
+    try:
+        drain(terminals, args.warmup)
+        start = {t.name: (t.cpu_seconds(), t.bytes_read, time.monotonic()) for t in terminals}
+        total = args.minutes * 60
+        drain(terminals, min(60, total))
+        terminals[0].rss_samples[1.0] = terminals[0].rss()
+        if total > 60:
+            drain(terminals, total - 60)
+        terminals[0].rss_samples[args.minutes] = terminals[0].rss()
+        report(terminals, start)
+    finally:
+        for t in terminals:
+            t.proc.terminate()
+            try:
+                t.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                t.proc.kill()
+    return 0
+
+
+def report(terminals: list[Terminal], start: dict) -> None:
+    rows = []
+    for t in terminals:
+        cpu0, bytes0, t0 = start[t.name]
+        elapsed = time.monotonic() - t0
+        rows.append((t.name, (t.cpu_seconds() - cpu0) / elapsed * 60, (t.bytes_read - bytes0) / elapsed / 1024))
+    print(f"| tool | CPU s per minute | terminal KiB/s at {COLS}×{ROWS} |")
+    print("| --- | ---: | ---: |")
+    for name, cpu, kib in rows:
+        print(f"| {name} | {cpu:.2f} | {kib:.1f} |")
+    if len(rows) == 2:
+        print(f"\nCPU ratio cliff-tui / btop: {rows[0][1] / rows[1][1]:.2f}")
+    rss = terminals[0].rss_samples
+    minutes = sorted(rss)
+    print(f"cliff-tui RSS after {minutes[0]:g} min: {rss[minutes[0]] / 2**20:.1f} MiB; "
+          f"after {minutes[-1]:g} min: {rss[minutes[-1]] / 2**20:.1f} MiB "
+          f"({(rss[minutes[-1]] - rss[minutes[0]]) / 2**20:+.1f} MiB)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,175 @@
+"""The real Textual app driven by Pilot: watch, run, triangulate, replay, keys and errors."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import time
+
+import pytest
+
+from cliff_tui import demo
+from cliff_tui.events import RunSettings
+from cliff_tui.jobs import RunJob
+from cliff_tui.probes.sampler import Sampler
+from cliff_tui.recording.reader import open_recording
+from cliff_tui.recording.writer import Recorder
+from cliff_tui.ui.app import CliffApp
+
+
+_TEXT_RE = re.compile(r'<text [^>]*clip-path="url\(#terminal-\d+-line-(\d+)\)">([^<]*)</text>')
+
+
+def screen_text(app: CliffApp) -> str:
+    """What a person sees: the screenshot's text, line by line."""
+    lines: dict[int, str] = {}
+    for number, text in _TEXT_RE.findall(app.export_screenshot()):
+        lines[int(number)] = lines.get(int(number), "") + html.unescape(text).replace("\xa0", " ")
+    return "\n".join(lines[k] for k in sorted(lines))
+
+
+async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.1)
+
+
+async def test_watch_shows_ram_says_why_no_vram_and_quits_fast():
+    app = CliffApp(mode="watch", sampler=Sampler(), interval=0.2)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: len(app.pipeline.history.get("ram.used")) >= 3)
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "System RAM" in text and "Swap" in text
+        assert "No VRAM tier" in text and "RAM and swap are the memory tiers" in text
+        assert "no token source" in text
+        t = time.monotonic()
+        await pilot.press("q")
+    assert time.monotonic() - t < 1.0
+
+
+async def test_pause_freezes_the_screen_and_help_and_log_open():
+    app = CliffApp(mode="watch", sampler=Sampler(), interval=0.2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.pipeline.latest is not None)
+        await pilot.press("p")
+        assert app.paused and "PAUSED" in screen_text(app)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        assert "The three signs" in screen_text(app)
+        await pilot.press("escape")
+        await pilot.press("l")
+        await pilot.pause(0.2)
+        assert "llama.cpp log" in screen_text(app)
+        await pilot.press("escape")
+        await pilot.press("p")
+        assert not app.paused
+
+
+async def test_run_shows_tok_s_and_the_verdict(tiny_model):
+    job = RunJob(RunSettings(str(tiny_model), 256, 16))
+    app = CliffApp(mode="run", sampler=Sampler(pid=os.getpid()), job=job, interval=0.2)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: job.result is not None)
+        await pilot.pause(0.5)
+        text = screen_text(app)
+        assert "Tokens/s" in text and "baseline" in text
+        assert "done · n_ctx 512" in text
+        assert job.result.verdict.level in text
+        await pilot.press("l")
+        await pilot.pause(0.2)
+        assert "KV buffer size" in screen_text(app)
+
+
+async def test_q_during_the_prefill_exits_within_a_second(smollm2):
+    job = RunJob(RunSettings(str(smollm2), 16_000, 32))
+    app = CliffApp(mode="run", sampler=Sampler(pid=os.getpid()), job=job, interval=0.25)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.pipeline.current is not None and app.pipeline.current.progress is not None
+                       and app.pipeline.current.progress.phase == "prefill")
+        t = time.monotonic()
+        await pilot.press("q")
+    elapsed = time.monotonic() - t
+    workers = [w for w in app.workers if w.name == "job"]
+    assert elapsed < 1.0
+    assert all(w.is_finished for w in workers) or not workers
+
+
+async def test_a_bad_model_shows_an_error_panel_and_keeps_running(tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not a model")
+    app = CliffApp(mode="run", sampler=Sampler(), job=RunJob(RunSettings(str(bad), 256, 16)), interval=0.2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.pipeline.last_failure is not None)
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "is not a GGUF file" in text
+        assert app.is_running
+
+
+async def test_triangulate_fills_the_pane_as_runs_complete(tiny_model):
+    from cliff_tui.triangulate import TriangulateJob
+
+    base = RunSettings(str(tiny_model), 0, 8)
+    job = TriangulateJob(base, depths=[128, 256, 512], target=2048, reserve=None, kv_types=[("f16", "f16")])
+    app = CliffApp(mode="triangulate", sampler=Sampler(), job=job, interval=0.25)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: len(app.pipeline.results) >= 1, timeout=120)
+        await pilot.pause(0.5)
+        assert "mem peak" in screen_text(app)
+        await wait_for(pilot, lambda: len(app.pipeline.results) == 3, timeout=180)
+        await pilot.pause(0.5)
+        text = screen_text(app)
+        assert "largest context before the cliff" in text
+        assert "linear" in text or "memory wall" in text
+        assert "context (tokens)" in text  # the chart's axis
+
+
+async def test_target_key_changes_the_projection(tmp_path):
+    path = tmp_path / "demo.jsonl"
+    with Recorder.create(path, command=["test"]) as recorder:
+        for event in demo.gpu_cliff_run():
+            recorder.write(event)
+    app = CliffApp(mode="replay", recording=open_recording(path), speed=16)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("t")
+        await pilot.pause(0.2)
+        for _ in range(10):
+            await pilot.press("backspace")
+        await pilot.press(*"48k", "enter")
+        await pilot.pause(0.2)
+        assert app.pipeline.target == 48_000
+
+
+async def test_replay_keys_move_the_time_cursor(tmp_path):
+    path = tmp_path / "demo.jsonl"
+    with Recorder.create(path, command=["test"]) as recorder:
+        for event in demo.gpu_cliff_run():
+            recorder.write(event)
+    app = CliffApp(mode="replay", recording=open_recording(path), speed=1)
+    async with app.run_test(size=(120, 36)) as pilot:
+        player = app.player
+        await pilot.press("space")  # pause
+        assert not player.playing
+        await pilot.press("end")
+        assert player.position == player.t_end
+        assert app.pipeline.results and app.pipeline.signs[3].level == "red"
+        await pilot.press("home")
+        assert player.position == player.t_start
+        assert not app.pipeline.results
+        await pilot.press("right")
+        assert player.position == pytest.approx(player.t_start + 10)
+        before = player.cursor
+        await pilot.press("period")
+        assert player.cursor > before
+        await pilot.press("s")
+        assert player.speed == 4
+        await pilot.press("s", "s")
+        assert player.speed == 1
+        await pilot.press("space")
+        assert player.playing
+        await pilot.pause(0.5)
+        assert "⏸" not in screen_text(app).splitlines()[0]

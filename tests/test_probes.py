@@ -1,0 +1,721 @@
+"""Probes: psutil for real, amdgpu sysfs through real files, NVML and Windows counters through thin fakes.
+
+NVML cannot run here (no NVIDIA driver), so ``tests/fakes/nvml.py`` replays its documented return
+shapes and error codes through the real ``pynvml`` exception classes and constants; the probe's own
+logic (remembering NotSupported, v2→v1 and v3→v2 fallbacks, GPU lost, KB/s → B/s) runs unchanged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pynvml
+import pytest
+
+from cliff_tui.events import GpuProcess, GpuReading
+from cliff_tui.probes.amd import AmdSysfsProbe, find_amd_cards
+from cliff_tui.probes.nvidia import NvidiaProbe
+from cliff_tui.probes.sampler import CPU_ONLY_TIERS, Sampler
+from cliff_tui.probes.shared_vram import (
+    ADAPTER_DEDICATED, ADAPTER_SHARED, APPLE_REASON, NVIDIA_LINUX_REASON, PROCESS_SHARED, AmdGtt,
+    Unavailable, WindowsCounters, choose_backends, fill_shared, per_adapter, per_process,
+)
+from cliff_tui.probes.system import ProcessProbe, read_ram, read_swap
+from cliff_tui.report import sample_record
+
+try:
+    from fakes.nvml import GiB, MiB, FakeGpu, FakeNvml, FakeProcess
+except ImportError:  # tests/ became a package
+    from tests.fakes.nvml import GiB, MiB, FakeGpu, FakeNvml, FakeProcess
+
+CHILD_BYTES = 50_000_000
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _meminfo_kib(key: str) -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name == key:
+            return int(rest.split()[0])
+    raise KeyError(key)
+
+
+def _free_pid() -> int:
+    for pid in (999_999, 4_194_303, 3_999_999):
+        if not psutil.pid_exists(pid):
+            return pid
+    pytest.skip("could not find an unused PID")
+
+
+def nvidia_driver_present() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def probe_for(*gpus: FakeGpu, **kwargs) -> tuple[NvidiaProbe, FakeNvml]:
+    fake = FakeNvml(gpus, **kwargs)
+    return NvidiaProbe(nvml=fake.module), fake
+
+
+def only(probe: NvidiaProbe) -> GpuReading:
+    gpus, reason = probe.read()
+    assert reason is None
+    assert len(gpus) == 1
+    return gpus[0]
+
+
+@pytest.fixture(scope="module")
+def child():
+    """A real Python child holding ≥ 50 MB resident (bytearray zero-fills, so its pages are touched)."""
+    code = f"import time; x = bytearray({CHILD_BYTES}); print('ready', flush=True); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# --- psutil (real) ----------------------------------------------------------------------------
+
+
+def test_ram_is_this_machines_ram():
+    ram = read_ram()
+    assert ram.total_bytes == _meminfo_kib("MemTotal") * 1024
+    assert 0 < ram.used_bytes < ram.total_bytes
+    assert 0 < ram.available_bytes <= ram.total_bytes
+    assert isinstance(ram.used_bytes, int) and isinstance(ram.total_bytes, int)
+
+
+def test_swap_is_this_machines_swap():
+    swap = read_swap()
+    assert swap.total_bytes == _meminfo_kib("SwapTotal") * 1024
+    assert 0 <= swap.used_bytes <= swap.total_bytes
+
+
+def test_process_probe_reads_a_real_child(child):
+    reading = ProcessProbe(child.pid).read()
+    assert reading.pid == child.pid
+    assert reading.name is not None and reading.name.startswith("python")
+    assert reading.rss_bytes >= CHILD_BYTES
+    assert reading.rss_bytes == pytest.approx(psutil.Process(child.pid).memory_info().rss, rel=0.05)
+    assert reading.reasons == {}
+
+
+def test_process_probe_counts_the_childrens_rss(child):
+    probe = ProcessProbe(os.getpid())
+    reading = probe.read()
+    assert child.pid in probe.children_pids()
+    assert reading.n_children >= 1
+    assert reading.children_rss_bytes >= CHILD_BYTES
+    assert reading.total_rss_bytes == reading.rss_bytes + reading.children_rss_bytes
+
+
+def test_a_pid_that_does_not_exist_gives_a_reason_not_an_exception():
+    pid = _free_pid()
+    reading = ProcessProbe(pid).read()
+    assert reading.rss_bytes is None and reading.children_rss_bytes is None
+    assert str(pid) in reading.reasons["rss_bytes"]
+    assert "no process" in reading.reasons["rss_bytes"]
+
+
+def test_a_process_that_exits_after_the_probe_was_made_gives_a_reason():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    probe = ProcessProbe(proc.pid)
+    assert probe.read().rss_bytes > 0
+    proc.kill()
+    proc.wait()  # reaped: the PID is gone
+    reading = probe.read()
+    assert reading.rss_bytes is None
+    assert reading.reasons["rss_bytes"] == f"process {proc.pid} has exited"
+    assert probe.children_pids() == []
+
+
+# --- NVML through the fake --------------------------------------------------------------------
+
+
+def test_every_field_of_a_healthy_gpu():
+    gpu = FakeGpu(name=b"NVIDIA GeForce RTX 4070", total=12 * GiB, used=3 * GiB, reserved=300 * MiB,
+                  util_gpu=87, temperature_c=64, pcie_rx_kb_s=1200, pcie_tx_kb_s=300,
+                  processes=[FakeProcess(4242, 2 * GiB), FakeProcess(4343, None)])
+    probe, fake = probe_for(gpu)
+    r = only(probe)
+    assert r.index == 0 and r.vendor == "nvidia"
+    assert r.name == "NVIDIA GeForce RTX 4070"  # bytes from an older binding are decoded
+    assert (r.vram_used_bytes, r.vram_total_bytes, r.vram_reserved_bytes) == (3 * GiB, 12 * GiB, 300 * MiB)
+    assert (r.util_pct, r.temperature_c) == (87.0, 64.0)
+    assert (r.sm_clock_mhz, r.mem_clock_mhz) == (2475, 10501)
+    assert r.throttle_reasons == ()
+    assert (r.pcie_rx_bytes_s, r.pcie_tx_bytes_s) == (1200 * 1024.0, 300 * 1024.0)
+    assert r.processes == (GpuProcess(4242, 2 * GiB), GpuProcess(4343, None))
+    assert r.shared_used_bytes is None  # NVML has no shared VRAM; the shared backends say why
+    assert r.reasons == {}
+    assert fake.calls["nvmlInit"] == 1
+    assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] == 1 and fake.calls["nvmlDeviceGetMemoryInfo"] == 0
+
+
+def test_readings_follow_the_gpu():
+    gpu = FakeGpu(used=1 * GiB)
+    probe, fake = probe_for(gpu)
+    assert only(probe).vram_used_bytes == 1 * GiB
+    gpu.used = 5 * GiB
+    gpu.temperature_c = 80
+    r = only(probe)
+    assert (r.vram_used_bytes, r.temperature_c) == (5 * GiB, 80.0)
+    assert fake.calls["nvmlDeviceGetHandleByIndex"] == 1  # handles are looked up once
+
+
+def test_nothing_is_called_before_the_first_read():
+    probe, fake = probe_for(FakeGpu())
+    assert sum(fake.calls.values()) == 0
+    probe.read()
+    assert fake.calls["nvmlInit"] == 1
+
+
+@pytest.mark.parametrize("symbol, fields", [
+    ("nvmlDeviceGetPcieThroughput", ("pcie_rx_bytes_s", "pcie_tx_bytes_s")),
+    ("nvmlDeviceGetTemperature", ("temperature_c",)),
+    ("nvmlDeviceGetUtilizationRates", ("util_pct",)),
+    ("nvmlDeviceGetCurrentClocksEventReasons", ("throttle_reasons",)),
+    ("nvmlDeviceGetComputeRunningProcesses_v3", ("processes",)),
+])
+def test_not_supported_is_na_with_a_reason_and_not_asked_again(symbol, fields):
+    probe, fake = probe_for(FakeGpu(errors={symbol: pynvml.NVML_ERROR_NOT_SUPPORTED}))
+    first = only(probe)
+    for name in fields:
+        assert getattr(first, name) is None
+        assert first.reasons[name] == "not supported by this GPU"
+    asked = fake.calls[symbol]
+    assert asked >= 1
+    util_calls = fake.calls["nvmlDeviceGetUtilizationRates"]
+    second = only(probe)
+    third = only(probe)
+    assert fake.calls[symbol] == asked  # remembered, not retried every tick
+    for name in fields:
+        assert getattr(third, name) is None and third.reasons[name] == "not supported by this GPU"
+    # the rest of the GPU is still read every tick
+    assert second.vram_used_bytes == 3 * GiB
+    if symbol != "nvmlDeviceGetUtilizationRates":
+        assert fake.calls["nvmlDeviceGetUtilizationRates"] == util_calls + 2
+
+
+def test_other_nvml_errors_are_reported_and_retried():
+    gpu = FakeGpu(errors={"nvmlDeviceGetTemperature": pynvml.NVML_ERROR_UNKNOWN})
+    probe, fake = probe_for(gpu)
+    r = only(probe)
+    assert r.temperature_c is None
+    assert r.reasons["temperature_c"] == "NVML error: Unknown Error"
+    gpu.errors = {}  # a transient error: the next tick reads it again
+    r = only(probe)
+    assert r.temperature_c == 64.0 and "temperature_c" not in r.reasons
+    assert fake.calls["nvmlDeviceGetTemperature"] == 2
+
+
+def test_memory_v2_missing_in_the_driver_falls_back_to_v1():
+    probe, fake = probe_for(FakeGpu(total=8 * GiB, used=2 * GiB, reserved=256 * MiB),
+                            errors={"nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND})
+    for _ in range(3):
+        r = only(probe)
+        assert r.vram_reserved_bytes is None
+        assert "nvmlDeviceGetMemoryInfo_v2" in r.reasons["vram_reserved_bytes"]
+        # v1: used = total - free, so the reserved memory is counted as used
+        assert (r.vram_used_bytes, r.vram_total_bytes) == (2 * GiB + 256 * MiB, 8 * GiB)
+        assert "vram_used_bytes" not in r.reasons
+    assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] == 1
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] == 3
+
+
+def test_a_binding_without_nvmlMemory_v2_uses_v1_without_trying_v2():
+    probe, fake = probe_for(FakeGpu(total=8 * GiB, used=2 * GiB, reserved=0), absent=["nvmlMemory_v2"])
+    r = only(probe)
+    assert (r.vram_used_bytes, r.vram_total_bytes, r.vram_reserved_bytes) == (2 * GiB, 8 * GiB, None)
+    assert "vram_reserved_bytes" in r.reasons
+    assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] == 0
+
+
+def test_memory_not_readable_at_all_is_na_for_used_and_total():
+    not_supported = pynvml.NVML_ERROR_NOT_SUPPORTED
+    probe, fake = probe_for(FakeGpu(errors={"nvmlDeviceGetMemoryInfo_v2": not_supported,
+                                            "nvmlDeviceGetMemoryInfo": not_supported}))
+    r = only(probe)
+    assert (r.vram_used_bytes, r.vram_total_bytes, r.vram_reserved_bytes) == (None, None, None)
+    assert r.reasons["vram_used_bytes"] == r.reasons["vram_total_bytes"] == "not supported by this GPU"
+    only(probe)
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] == 1 and fake.calls["nvmlDeviceGetMemoryInfo_v2"] == 1
+
+
+def test_processes_v3_missing_uses_v2_and_remembers_it():
+    gpu = FakeGpu(processes=[FakeProcess(77, 512 * MiB)],
+                  errors={"nvmlDeviceGetComputeRunningProcesses_v3": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND})
+    probe, fake = probe_for(gpu)
+    for _ in range(3):
+        assert only(probe).processes == (GpuProcess(77, 512 * MiB),)
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 1
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 3
+
+
+def test_no_process_function_in_the_driver_is_na_once():
+    fnf = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    probe, fake = probe_for(FakeGpu(processes=[FakeProcess(77, MiB)],
+                                    errors={"nvmlDeviceGetComputeRunningProcesses_v3": fnf,
+                                            "nvmlDeviceGetComputeRunningProcesses_v2": fnf}))
+    r = only(probe)
+    assert r.processes is None and r.reasons["processes"] == "not in this NVIDIA driver"
+    asked = sum(fake.calls[s] for s in ("nvmlDeviceGetComputeRunningProcesses_v3",
+                                        "nvmlDeviceGetComputeRunningProcesses_v2"))
+    only(probe)
+    only(probe)
+    assert sum(fake.calls[s] for s in ("nvmlDeviceGetComputeRunningProcesses_v3",
+                                       "nvmlDeviceGetComputeRunningProcesses_v2")) == asked
+
+
+def test_an_empty_process_list_is_empty_not_na():
+    r = only(probe_for(FakeGpu(processes=()))[0])
+    assert r.processes == () and "processes" not in r.reasons
+
+
+@pytest.mark.parametrize("code, words", [
+    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "the NVIDIA driver is not loaded"),
+    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "no NVIDIA driver (libnvidia-ml not found)"),
+    (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
+])
+def test_no_driver_is_one_reason_and_init_is_tried_once(code, words):
+    probe, fake = probe_for(FakeGpu(), init_error=code)
+    for _ in range(3):
+        gpus, reason = probe.read()
+        assert gpus == []
+        assert words in reason
+    assert fake.calls["nvmlInit"] == 1
+    assert sum(fake.gpu_calls.values()) == 0 and fake.calls["nvmlDeviceGetCount"] == 0
+    probe.close()
+    assert fake.calls["nvmlShutdown"] == 0  # nothing was started
+
+
+def test_a_driver_with_no_gpu_says_so():
+    probe, fake = probe_for()
+    gpus, reason = probe.read()
+    assert gpus == [] and reason == "the NVIDIA driver is loaded but reports no GPU"
+
+
+def test_close_shuts_nvml_down_once():
+    probe, fake = probe_for(FakeGpu())
+    probe.read()
+    probe.close()
+    assert fake.calls["nvmlShutdown"] == 1 and fake.initialised == 0
+
+
+def test_close_before_any_read_touches_nothing():
+    probe, fake = probe_for(FakeGpu())
+    probe.close()
+    assert sum(fake.calls.values()) == 0
+
+
+def test_a_gpu_lost_between_reads():
+    probe, fake = probe_for(FakeGpu(name="GPU A", used=1 * GiB), FakeGpu(name="GPU B", used=2 * GiB))
+    gpus, _ = probe.read()
+    assert [g.vram_used_bytes for g in gpus] == [1 * GiB, 2 * GiB]
+    fake.lose(1)
+    gpus, reason = probe.read()
+    assert reason is None
+    healthy, lost = gpus
+    assert healthy.vram_used_bytes == 1 * GiB and healthy.reasons == {}
+    assert (lost.index, lost.name, lost.vendor) == (1, "GPU B", "nvidia")
+    for name in ("vram_used_bytes", "vram_total_bytes", "vram_reserved_bytes", "util_pct", "temperature_c",
+                 "sm_clock_mhz", "pcie_rx_bytes_s", "processes", "throttle_reasons"):
+        assert getattr(lost, name) is None, name
+    assert "lost" in lost.reasons["vram_used_bytes"]
+    assert "lost" in lost.reasons["vram_total_bytes"]
+    # a lost GPU stays lost until a reboot: it is not asked again every tick
+    asked = fake.device_calls(1)
+    gpus, _ = probe.read()
+    assert fake.device_calls(1) == asked
+    assert gpus[1].vram_used_bytes is None and "lost" in gpus[1].reasons["vram_used_bytes"]
+    assert gpus[0].vram_used_bytes == 1 * GiB
+
+
+def test_a_gpu_lost_in_the_middle_of_a_read_is_never_half_a_reading():
+    probe, fake = probe_for(FakeGpu())
+    probe.read()
+    calls_per_read = fake.device_calls(0) - 1  # minus nvmlDeviceGetName at start
+    assert calls_per_read >= 8
+    for after in range(calls_per_read):
+        probe, fake = probe_for(FakeGpu())
+        probe.read()
+        fake.lose(0, after=after)
+        r = only(probe)
+        values = (r.vram_used_bytes, r.vram_total_bytes, r.util_pct, r.temperature_c, r.sm_clock_mhz,
+                  r.mem_clock_mhz, r.throttle_reasons, r.pcie_rx_bytes_s, r.pcie_tx_bytes_s, r.processes)
+        assert values == (None,) * len(values), f"lost after {after} calls: {r}"
+        assert "lost" in r.reasons["vram_used_bytes"]
+
+
+def test_a_gpu_lost_before_the_first_read():
+    probe, fake = probe_for(FakeGpu(lost_after=1))  # nvmlDeviceGetName at start works, then lost
+    r = only(probe)
+    assert r.vram_used_bytes is None and "lost" in r.reasons["vram_used_bytes"]
+
+
+def test_clock_event_bits_become_words():
+    mask = (pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonSwPowerCap
+            | pynvml.nvmlClocksEventReasonSwThermalSlowdown)
+    r = only(probe_for(FakeGpu(clock_events=mask))[0])
+    assert r.throttle_reasons == ("power cap", "thermal (sw)", "thermal (hw)")
+
+
+@pytest.mark.parametrize("mask, words", [
+    (0, ()),
+    (pynvml.nvmlClocksEventReasonGpuIdle, ("idle",)),
+    (pynvml.nvmlClocksEventReasonHwSlowdown, ("hw slowdown",)),
+    (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, ("power brake",)),
+    (pynvml.nvmlClocksEventReasonSyncBoost, ("sync boost",)),
+    (pynvml.nvmlClocksEventReasonApplicationsClocksSetting, ("app clocks",)),
+    (pynvml.nvmlClocksEventReasonDisplayClockSetting, ("display clocks",)),
+])
+def test_each_documented_clock_event_bit(mask, words):
+    assert only(probe_for(FakeGpu(clock_events=mask))[0]).throttle_reasons == words
+
+
+def test_a_driver_older_than_clock_event_reasons_uses_throttle_reasons():
+    mask = pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
+    fnf = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    probe, fake = probe_for(FakeGpu(clock_events=mask, errors={"nvmlDeviceGetCurrentClocksEventReasons": fnf}))
+    assert only(probe).throttle_reasons == ("thermal (hw)",)
+    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 1
+    probe, fake = probe_for(FakeGpu(clock_events=mask), absent=["nvmlDeviceGetCurrentClocksEventReasons"])
+    assert only(probe).throttle_reasons == ("thermal (hw)",)
+    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 1
+
+
+def test_a_missing_clock_event_function_is_not_asked_every_tick():
+    fnf = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    probe, fake = probe_for(FakeGpu(errors={"nvmlDeviceGetCurrentClocksEventReasons": fnf}))
+    for _ in range(3):
+        only(probe)
+    assert fake.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 1
+
+
+def test_a_gpu_lost_at_start_does_not_hide_the_healthy_ones():
+    probe, fake = probe_for(FakeGpu(used=1 * GiB), FakeGpu(lost_after=0))
+    gpus, reason = probe.read()
+    assert reason is None
+    assert gpus[0].vram_used_bytes == 1 * GiB
+    assert gpus[1].vram_used_bytes is None and "lost" in gpus[1].reasons["vram_used_bytes"]
+
+
+def test_close_balances_a_successful_init_even_without_gpus():
+    probe, fake = probe_for()
+    probe.read()
+    probe.close()
+    assert fake.initialised == 0
+
+
+def test_a_transient_v2_memory_error_does_not_shift_used_by_reserved():
+    gpu = FakeGpu(used=3 * GiB, reserved=300 * MiB)
+    probe, fake = probe_for(gpu)
+    assert only(probe).vram_used_bytes == 3 * GiB
+    gpu.errors = {"nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_UNKNOWN}
+    r = only(probe)
+    assert r.vram_used_bytes in (None, 3 * GiB)  # n/a with the error, or the same meaning — never +reserved
+    assert "Unknown Error" in str(r.reasons)
+
+
+def test_pcie_kb_per_second_become_bytes_per_second():
+    r = only(probe_for(FakeGpu(pcie_rx_kb_s=250_000, pcie_tx_kb_s=0))[0])
+    assert r.pcie_rx_bytes_s == 256_000_000.0
+    assert r.pcie_tx_bytes_s == 0.0  # a real zero from NVML stays zero
+
+
+def test_pcie_sampling_off_never_calls_the_20ms_function():
+    fake = FakeNvml([FakeGpu()])
+    r = only(NvidiaProbe(nvml=fake.module, pcie=False))
+    assert r.pcie_rx_bytes_s is None and r.reasons["pcie_rx_bytes_s"] == "PCIe sampling is off"
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0
+
+
+# --- the fake itself stays honest ---------------------------------------------------------------
+
+
+def test_the_fake_uses_the_real_binding_errors_and_shapes():
+    fake = FakeNvml([FakeGpu(errors={"nvmlDeviceGetTemperature": pynvml.NVML_ERROR_NOT_SUPPORTED})])
+    nvml = fake.module
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        nvml.nvmlDeviceGetCount()
+    nvml.nvmlInit()
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)
+    v1 = nvml.nvmlDeviceGetMemoryInfo(h)
+    assert not hasattr(v1, "reserved")  # as the real c_nvmlMemory_t
+    v2 = nvml.nvmlDeviceGetMemoryInfo(h, version=nvml.nvmlMemory_v2)
+    assert v2.total == v2.used + v2.reserved + v2.free
+    assert v1.used == v2.used + v2.reserved
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        nvml.nvmlDeviceGetHandleByIndex(1)
+
+
+# --- AMD sysfs through a real directory tree --------------------------------------------------
+
+
+def _amd_tree(root: Path, card: str = "card0", *, vendor: str = "0x1002", vram_used: int = 2 * GiB,
+              vram_total: int = 16 * GiB, gtt_used: int = 300 * MiB, gtt_total: int = 31 * GiB,
+              busy: int | None = 37, temp_milli: int | None = 45000, product: str | None = None) -> Path:
+    device = root / card / "device"
+    (device / "hwmon" / "hwmon0").mkdir(parents=True)
+    files = {"vendor": vendor, "mem_info_vram_used": vram_used, "mem_info_vram_total": vram_total,
+             "mem_info_gtt_used": gtt_used, "mem_info_gtt_total": gtt_total, "gpu_busy_percent": busy,
+             "hwmon/hwmon0/temp1_input": temp_milli, "product_name": product}
+    for name, value in files.items():
+        if value is not None:
+            (device / name).write_text(f"{value}\n")
+    return device
+
+
+@pytest.fixture
+def drm(tmp_path: Path) -> Path:
+    """/sys/class/drm as amdgpu lays it out: a card, its connector, a render node, another vendor."""
+    root = tmp_path / "drm"
+    _amd_tree(root, "card0", product="AMD Radeon RX 7900 XTX")
+    (root / "card0-DP-1").mkdir()  # a connector: skipped
+    (root / "renderD128").mkdir()
+    nvidia = root / "card1" / "device"
+    nvidia.mkdir(parents=True)
+    (nvidia / "vendor").write_text("0x10de\n")  # not AMD: skipped
+    return root
+
+
+def test_amd_cards_are_found_by_vendor(drm: Path):
+    _amd_tree(drm, "card2", vram_total=None)  # amdgpu without VRAM info (a display-only APU path)
+    assert find_amd_cards(drm) == [drm / "card0" / "device"]
+
+
+def test_amd_sysfs_reading(drm: Path):
+    probe = AmdSysfsProbe(drm)
+    [r] = probe.read(first_index=1)
+    assert (r.index, r.vendor, r.name) == (1, "amd", "AMD Radeon RX 7900 XTX")
+    assert (r.vram_used_bytes, r.vram_total_bytes) == (2 * GiB, 16 * GiB)
+    assert (r.util_pct, r.temperature_c) == (37.0, 45.0)
+    assert r.shared_used_bytes is None and r.reasons == {}
+    (drm / "card0" / "device" / "mem_info_vram_used").write_text(f"{5 * GiB}\n")
+    assert probe.read()[0].vram_used_bytes == 5 * GiB  # every read reads the file again
+
+
+def test_amd_unreadable_files_are_na_with_a_reason(tmp_path: Path):
+    root = tmp_path / "drm"
+    _amd_tree(root, busy=None, temp_milli=None)
+    (root / "card0" / "device" / "mem_info_vram_used").write_text("garbage\n")
+    [r] = AmdSysfsProbe(root).read()
+    assert r.name == "AMD GPU (card0)"
+    assert (r.vram_used_bytes, r.util_pct, r.temperature_c) == (None, None, None)
+    assert r.vram_total_bytes == 16 * GiB
+    assert set(r.reasons) == {"vram_used_bytes", "util_pct", "temperature_c"}
+    assert "card0" in r.reasons["util_pct"]
+
+
+def test_amd_unreadable_total_has_a_reason(tmp_path: Path):
+    root = tmp_path / "drm"
+    _amd_tree(root)
+    (root / "card0" / "device" / "mem_info_vram_total").write_text("garbage\n")
+    [r] = AmdSysfsProbe(root).read()
+    assert r.vram_total_bytes is None
+    assert "card0" in r.reasons["vram_total_bytes"]
+
+
+def test_amd_gtt_is_the_shared_vram(drm: Path):
+    amd = AmdSysfsProbe(drm)
+    nvidia = GpuReading(index=0, name="RTX", vendor="nvidia", vram_used_bytes=1, vram_total_bytes=2)
+    backends = choose_backends("linux", amd.cards)
+    assert [type(b) for b in backends] == [AmdGtt, Unavailable]
+    out_nvidia, out_amd = fill_shared([nvidia, *amd.read(first_index=1)], backends)
+    assert (out_amd.shared_used_bytes, out_amd.shared_total_bytes) == (300 * MiB, 31 * GiB)
+    assert "shared_used_bytes" not in out_amd.reasons
+    assert out_nvidia.shared_used_bytes is None
+    assert out_nvidia.reasons["shared_used_bytes"] == NVIDIA_LINUX_REASON
+
+
+def test_amd_gtt_unreadable_is_na_not_zero(drm: Path):
+    amd = AmdSysfsProbe(drm)
+    (drm / "card0" / "device" / "mem_info_gtt_used").unlink()
+    [r] = fill_shared(amd.read(), choose_backends("linux", amd.cards))
+    assert r.shared_used_bytes is None
+    assert r.reasons["shared_used_bytes"].startswith("not readable")
+    assert "mem_info_gtt_used" in r.reasons["shared_used_bytes"]
+
+
+# --- Windows counters through recorded instance shapes ------------------------------------------
+
+NV_LUID = "0x00000000_0x0000D1B5"
+IGPU_LUID = "0x00000000_0x0000E2C7"
+
+
+def _wddm(shared: dict[str, float], dedicated: dict[str, float], process: dict[str, float] | None = None):
+    """A ``read_counter`` that replays what PDH returns for the wildcard paths: (instance, value)."""
+    table = {ADAPTER_SHARED: list(shared.items()), ADAPTER_DEDICATED: list(dedicated.items()),
+             PROCESS_SHARED: list((process or {}).items())}
+    asked: list[str] = []
+
+    def read(path: str) -> list[tuple[str, float]]:
+        asked.append(path)
+        return table[path]
+
+    read.asked = asked  # type: ignore[attr-defined]
+    return read
+
+
+def _gpu(index: int, used: int | None, vendor: str = "nvidia") -> GpuReading:
+    return GpuReading(index=index, name=f"GPU {index}", vendor=vendor, vram_used_bytes=used,
+                      vram_total_bytes=12 * GiB)
+
+
+def test_windows_shared_usage_is_matched_to_the_gpu_by_dedicated_usage():
+    read = _wddm(
+        shared={f"luid_{NV_LUID}_phys_0": 512 * MiB, f"luid_{IGPU_LUID}_phys_0": 1 * GiB},
+        dedicated={f"luid_{NV_LUID}_phys_0": 6 * GiB, f"luid_{IGPU_LUID}_phys_0": 128 * MiB},
+    )
+    [r] = WindowsCounters(read_counter=read).fill([_gpu(0, 6 * GiB - 3 * MiB)])
+    assert r.shared_used_bytes == 512 * MiB
+    assert "shared_used_bytes" not in r.reasons
+    assert set(read.asked) == {ADAPTER_SHARED, ADAPTER_DEDICATED}
+
+
+def test_windows_two_gpus_get_two_adapters():
+    read = _wddm(
+        shared={f"luid_{NV_LUID}_phys_0": 512 * MiB, f"luid_{IGPU_LUID}_phys_0": 64 * MiB},
+        dedicated={f"luid_{NV_LUID}_phys_0": 6 * GiB, f"luid_{IGPU_LUID}_phys_0": 5 * GiB},
+    )
+    a, b = WindowsCounters(read_counter=read).fill([_gpu(0, 5 * GiB), _gpu(1, 6 * GiB)])
+    assert (a.shared_used_bytes, b.shared_used_bytes) == (64 * MiB, 512 * MiB)
+
+
+def test_windows_no_matching_adapter_is_na_not_zero():
+    read = _wddm(shared={}, dedicated={})
+    [r] = WindowsCounters(read_counter=read).fill([_gpu(0, GiB)])
+    assert r.shared_used_bytes is None
+    assert r.reasons["shared_used_bytes"] == "not available: no WDDM adapter matches this GPU"
+
+
+def test_windows_unreadable_counters_are_na_with_the_error():
+    def broken(path: str):
+        raise OSError("PdhCollectQueryData failed: 0xC0000BC6")
+
+    [r] = WindowsCounters(read_counter=broken).fill([_gpu(0, GiB)])
+    assert r.shared_used_bytes is None
+    assert "0xC0000BC6" in r.reasons["shared_used_bytes"]
+    assert r.reasons["shared_used_bytes"].startswith("not available")
+
+
+def test_windows_counter_instances_are_summed_per_adapter_and_per_process():
+    adapters = per_adapter([(f"luid_{NV_LUID}_phys_0", 100.0), (f"luid_{NV_LUID}_phys_1", 20.0),
+                            (f"luid_{IGPU_LUID}_phys_0", 7.0), ("_Total", 999.0)])
+    assert adapters == {NV_LUID: 120.0, IGPU_LUID: 7.0}
+    processes = per_process([(f"pid_1234_luid_{NV_LUID}_phys_0", 300.0),
+                             (f"pid_1234_luid_{IGPU_LUID}_phys_0", 12.0),
+                             (f"pid_88_luid_{NV_LUID}_phys_0", 5.0), ("_Total", 999.0)])
+    assert processes == {1234: 312.0, 88: 5.0}
+
+
+# --- platforms that cannot report shared VRAM ----------------------------------------------------
+
+
+@pytest.mark.parametrize("platform, reason", [("linux", NVIDIA_LINUX_REASON), ("darwin", APPLE_REASON)])
+def test_unavailable_says_why_and_never_zero(platform, reason):
+    [r] = fill_shared([_gpu(0, GiB)], choose_backends(platform, []))
+    assert r.shared_used_bytes is None and r.shared_total_bytes is None
+    assert r.reasons["shared_used_bytes"] == reason
+    assert reason.startswith("not available: ")
+
+
+def test_unavailable_keeps_a_value_or_reason_already_there():
+    measured = dataclasses.replace(_gpu(0, GiB), shared_used_bytes=7)
+    explained = dataclasses.replace(_gpu(1, GiB), reasons={"shared_used_bytes": "mine"})
+    a, b = Unavailable("not available: x").fill([measured, explained])
+    assert a.shared_used_bytes == 7 and "shared_used_bytes" not in a.reasons
+    assert b.reasons["shared_used_bytes"] == "mine"
+
+
+# --- the sampler --------------------------------------------------------------------------------
+
+
+def test_sampler_without_any_gpu_says_why_and_keeps_ram_and_swap(tmp_path: Path):
+    probe, fake = probe_for(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    sampler = Sampler(nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux")
+    s = sampler.sample()
+    assert s.gpus == ()
+    assert "no NVIDIA driver (libnvidia-ml not found)" in s.gpus_reason
+    assert "AMD: no amdgpu card" in s.gpus_reason
+    assert s.gpus_reason.endswith(CPU_ONLY_TIERS)
+    assert s.ram.total_bytes == _meminfo_kib("MemTotal") * 1024
+    assert s.swap.total_bytes == _meminfo_kib("SwapTotal") * 1024
+    sampler.sample()
+    assert fake.calls["nvmlInit"] == 1
+    record = json.loads(json.dumps(sample_record(s)))
+    assert record["gpus"] == [] and record["gpus_reason"] == s.gpus_reason
+    assert "process" not in record
+
+
+@pytest.mark.skipif(nvidia_driver_present() or bool(find_amd_cards()),
+                    reason="this machine has a GPU; the CPU-only case is covered with the fake above")
+def test_sampler_on_this_cpu_only_machine():
+    sampler = Sampler()  # the real pynvml, the real /sys/class/drm
+    s = sampler.sample()
+    sampler.close()
+    assert s.gpus == ()
+    assert s.gpus_reason.startswith("no GPU found (NVIDIA: ")
+    assert "RAM and swap are the memory tiers" in s.gpus_reason
+    assert s.ram.used_bytes > 0 and s.ram.total_bytes == psutil.virtual_memory().total
+
+
+def test_sampler_with_nvidia_on_linux(tmp_path: Path, child):
+    me = os.getpid()
+    gpu = FakeGpu(used=4 * GiB, processes=[FakeProcess(me, 300 * MiB), FakeProcess(child.pid, 200 * MiB),
+                                           FakeProcess(1, 3 * GiB)])
+    probe, fake = probe_for(gpu)
+    sampler = Sampler(me, nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux")
+    s = sampler.sample()
+    assert s.gpus_reason is None
+    [g] = s.gpus
+    assert g.vram_used_bytes == 4 * GiB
+    assert g.shared_used_bytes is None
+    assert g.reasons["shared_used_bytes"] == NVIDIA_LINUX_REASON
+    # the followed process: its own and its children's GPU memory, nobody else's
+    assert s.process.pid == me
+    assert s.process.gpu_used_bytes == 500 * MiB
+    assert s.process.children_rss_bytes >= CHILD_BYTES
+    record = json.loads(json.dumps(sample_record(s)))
+    assert record["gpus"][0]["vram_used_bytes"] == 4 * GiB
+    assert record["gpus"][0]["shared_used_bytes"] is None
+    assert record["gpus"][0]["reasons"]["shared_used_bytes"] == NVIDIA_LINUX_REASON
+    assert "gpus_reason" not in record
+    assert record["process"]["gpu_used_bytes"] == 500 * MiB
+    sampler.close()
+    assert fake.calls["nvmlShutdown"] == 1
+
+
+def test_sampler_process_absent_from_nvml_gets_a_reason(tmp_path: Path):
+    probe, _ = probe_for(FakeGpu(processes=[FakeProcess(1, GiB)]))
+    s = Sampler(os.getpid(), nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux").sample()
+    assert s.process.gpu_used_bytes is None
+    assert s.process.reasons["gpu_used_bytes"] == "NVML lists no GPU memory for this process"
+
+
+def test_sampler_set_pid_follows_another_process(tmp_path: Path, child):
+    probe, _ = probe_for(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    sampler = Sampler(nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux")
+    assert sampler.sample().process is None
+    sampler.set_pid(child.pid)
+    assert sampler.pid == child.pid
+    assert sampler.sample().process.rss_bytes >= CHILD_BYTES
+    sampler.set_pid(None)
+    assert sampler.sample().process is None

@@ -1,0 +1,127 @@
+"""``cliff-tui watch --once --json`` end to end: a real subprocess, real psutil, this machine's NVML.
+
+On this project's machine there is no GPU, so ``gpus`` is ``[]`` with a human reason; on a machine
+with one, the same tests check the per-GPU fields instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cliff_tui.probes.amd import find_amd_cards
+
+CHILD_BYTES = 50_000_000
+
+
+def _has_gpu() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+        return True
+    except OSError:
+        return bool(find_amd_cards())
+
+
+HAS_GPU = _has_gpu()
+
+
+def cliff(*args: str, script: bool = False) -> dict:
+    if script:
+        exe = Path(sys.executable).with_name("cliff-tui")
+        assert exe.exists(), f"console script not installed next to {sys.executable}"
+        cmd = [str(exe), *args]
+    else:
+        cmd = [sys.executable, "-m", "cliff_tui", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, f"{cmd} exited {proc.returncode}: {proc.stderr}"
+    return json.loads(proc.stdout)  # stdout is exactly one JSON document
+
+
+def _free_pid() -> int:
+    for pid in (999_999, 4_194_303, 3_999_999):
+        if not psutil.pid_exists(pid):
+            return pid
+    pytest.skip("could not find an unused PID")
+
+
+@pytest.fixture(scope="module")
+def child():
+    code = f"import time; x = bytearray({CHILD_BYTES}); print('ready', flush=True); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def check_sample(record: dict) -> None:
+    ram, swap = record["ram"], record["swap"]
+    total = psutil.virtual_memory().total
+    assert ram["total_bytes"] == total
+    assert isinstance(ram["used_bytes"], int) and 0 < ram["used_bytes"] < total
+    assert 0 < ram["available_bytes"] <= total
+    assert swap["total_bytes"] == psutil.swap_memory().total
+    assert isinstance(swap["used_bytes"], int) and 0 <= swap["used_bytes"] <= swap["total_bytes"]
+    assert isinstance(record["t"], float)
+    assert isinstance(record["gpus"], list)
+    if not HAS_GPU:
+        assert record["gpus"] == []
+        reason = record["gpus_reason"]
+        assert reason.startswith("no GPU found")
+        assert "NVIDIA" in reason and "RAM and swap are the memory tiers" in reason
+    else:  # pragma: no cover - a GPU machine
+        assert record["gpus"]
+        for gpu in record["gpus"]:
+            for key in ("vram_used_bytes", "vram_total_bytes", "shared_used_bytes"):
+                assert key in gpu
+                if gpu[key] is None:
+                    assert gpu["reasons"][key]
+
+
+def test_watch_once_json():
+    record = cliff("watch", "--once", "--json")
+    check_sample(record)
+    assert "process" not in record
+
+
+def test_bare_cliff_tui_is_watch():
+    record = cliff("--once", "--json")
+    check_sample(record)
+    assert "process" not in record
+
+
+def test_pid_adds_that_process(child):
+    record = cliff("--pid", str(child.pid), "--once", "--json")
+    check_sample(record)
+    proc = record["process"]
+    assert proc["pid"] == child.pid
+    assert proc["name"].startswith("python")
+    assert proc["rss_bytes"] >= CHILD_BYTES
+    assert proc["reasons"].get("rss_bytes") is None
+
+
+def test_console_script_with_pid_1():
+    record = cliff("--pid", "1", "--once", "--json", script=True)
+    check_sample(record)
+    proc = record["process"]
+    assert proc["pid"] == 1
+    # PID 1 exists everywhere; reading it may be refused outside a container: then a reason, not a crash
+    assert (isinstance(proc["rss_bytes"], int) and proc["rss_bytes"] > 0) or proc["reasons"]["rss_bytes"]
+
+
+def test_a_pid_that_does_not_exist_still_exits_0_with_a_reason():
+    pid = _free_pid()
+    record = cliff("watch", "--pid", str(pid), "--once", "--json")
+    check_sample(record)
+    proc = record["process"]
+    assert proc["pid"] == pid
+    assert proc["rss_bytes"] is None
+    assert proc["reasons"]["rss_bytes"] == f"no process with PID {pid}"
