@@ -18,17 +18,21 @@ from typing import Any, Callable, Sequence
 from cliff_tui.analysis.session import SessionRateMeter
 from cliff_tui.codec import to_plain
 from cliff_tui.engine.errors import BadInput
-from cliff_tui.events import Notice, SessionReading
+from cliff_tui.events import DecodeWindow, Notice, SessionReading
 from cliff_tui.jobs import Publish
+from cliff_tui.pipeline import ATTACH_RUN_ID
 from cliff_tui.probes.endpoints import (
-    DEFAULT_URLS, LLAMA_SERVER, OLLAMA, READERS, BadUrl, describe_discovery, discover, is_found, normalise_url,
+    DEFAULT_URLS, LLAMA_SERVER, OLLAMA, READERS, BadUrl, SlotsRead, describe_discovery, discover, is_found,
+    normalise_url, probe_llama_server,
 )
 from cliff_tui.report import sample_record
 
 MAX_BACKOFF_S = 30.0
+SEARCH_BACKOFF_S = 10.0  # a server started after cliff-tui is found within this
 DISCOVERY_TIMEOUT_S = 1.0
 RECORD_KEYS = {LLAMA_SERVER: "llama_server", OLLAMA: "ollama"}
 NOTHING_GENERATED = "no tokens generated since llama-server started: send a chat request, then attach again"
+LIVE_RUN_ID = ATTACH_RUN_ID
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,52 @@ class Endpoint:
 
     def read(self, timeout: float) -> SessionReading:
         return READERS[self.source](self.url, timeout)
+
+    def probe(self, timeout: float) -> tuple[SessionReading, SlotsRead]:
+        """The reading and, for llama-server, what /slots says about running requests."""
+        if self.source != LLAMA_SERVER:
+            return self.read(timeout), SlotsRead()
+        found = probe_llama_server(self.url, timeout)
+        return found.reading, found.slots
+
+
+@dataclass(frozen=True)
+class LiveRate:
+    """Tokens one slot decoded between two reads of /slots, while its request ran."""
+
+    slot: int
+    n_tokens: int
+    seconds: float
+    depth: int | None  # cells the slot held at the later read
+
+    @property
+    def tok_s(self) -> float:
+        return self.n_tokens / self.seconds
+
+
+class LiveDecodeMeter:
+    """Decode tok/s while a request runs: llama-server's /metrics counters only move when a request
+    finishes, but each slot's ``n_decoded`` in /slots grows with every token."""
+
+    def __init__(self) -> None:
+        self._prev: SlotsRead | None = None
+
+    def update(self, read: SlotsRead) -> list[LiveRate]:
+        prev, self._prev = self._prev, read
+        if prev is None or prev.t is None or read.t is None or read.t <= prev.t:
+            return []
+        before = {p.id: p for p in prev.progress}
+        depth = {s.id: s.tokens_used for s in read.slots}
+        rates = []
+        for now in read.progress:
+            then = before.get(now.id)
+            if then is None or not (then.processing and now.processing) or then.id_task != now.id_task:
+                continue
+            # n_decoded 0 at the earlier read: the gap includes prompt processing, not decode alone.
+            if not then.n_decoded or now.n_decoded is None or now.n_decoded <= then.n_decoded:
+                continue
+            rates.append(LiveRate(now.id, now.n_decoded - then.n_decoded, read.t - prev.t, depth.get(now.id)))
+        return rates
 
 
 def healthy(reading: SessionReading) -> bool:
@@ -60,12 +110,15 @@ class Poller:
         self.failures = 0
         self.due = 0.0
         self.last: SessionReading | None = None
+        self.live: list[LiveRate] = []
+        self._meter = LiveDecodeMeter()
 
     def backoff(self) -> float:
         return min(self.ceiling, max(self.interval, 1.0) * 2 ** (self.failures - 1))
 
     def poll(self, timeout: float) -> SessionReading | None:
-        reading = self.endpoint.read(timeout)
+        reading, slots = self.endpoint.probe(timeout)
+        self.live = self._meter.update(slots)
         if healthy(reading):
             self.failures, delay = 0, self.interval
         else:
@@ -74,20 +127,19 @@ class Poller:
             reading = dataclasses.replace(reading, message=f"{reading.message}; retrying in {delay:.0f} s")
         self.due = time.monotonic() + delay
         self.last = reading
-        newly_found = not self.found and is_found(reading)
-        self.found = self.found or newly_found
+        self.found = self.found or is_found(reading)
         return reading if self.found else None
 
 
 class AttachJob:
     follows_own_process = False
 
-    def __init__(self, endpoints: Sequence[Endpoint], interval: float = 0.5, timeout: float = 2.0, *,
-                 discover_defaults: bool = False) -> None:
+    def __init__(self, endpoints: Sequence[Endpoint], interval: float = 0.5, timeout: float = 2.0) -> None:
+        """No endpoints: look for both servers on their default loopback ports."""
         self.endpoints = list(endpoints)
         self.interval = interval
         self.timeout = timeout
-        self.discover_defaults = discover_defaults or not self.endpoints
+        self.discover_defaults = not self.endpoints
         self.title = _title(self.endpoints) if not self.discover_defaults else _searching_title()
 
     @classmethod
@@ -102,7 +154,8 @@ class AttachJob:
 
     def pollers(self) -> list[Poller]:
         if self.discover_defaults:
-            return [Poller(Endpoint(s, u), self.interval, quiet=True) for s, u in DEFAULT_URLS.items()]
+            return [Poller(Endpoint(s, u), self.interval, quiet=True, ceiling=SEARCH_BACKOFF_S)
+                    for s, u in DEFAULT_URLS.items()]
         return [Poller(e, self.interval) for e in self.endpoints]
 
     def run(self, publish: Publish, cancel: threading.Event) -> None:
@@ -132,6 +185,8 @@ class AttachJob:
             if announce_found and not was_found:
                 publish(Notice(reading.t, f"found {reading.source} at {reading.url}"))
             publish(reading)
+            for rate in poller.live:
+                publish(live_window(reading.t, rate))
         return polled
 
     def _announce_search(self, pollers: list[Poller], publish: Publish) -> bool:
@@ -152,6 +207,11 @@ class AttachJob:
         message = f"{describe_discovery(_without_retry(readings))}; looking again in {max(wait, 0):.0f} s"
         publish(SessionReading(t=time.time(), source=LLAMA_SERVER, url=DEFAULT_URLS[LLAMA_SERVER],
                                status="unreachable", message=message))
+
+
+def live_window(t: float, rate: LiveRate) -> DecodeWindow:
+    return DecodeWindow(t=t, run_id=LIVE_RUN_ID, phase="depth", depth=rate.depth or 0, n_tokens=rate.n_tokens,
+                        tok_s=rate.tok_s, spread_tok_s=0.0)
 
 
 def _checked_url(flag: str, url: str) -> str:
@@ -177,6 +237,9 @@ def _without_retry(readings: dict[str, SessionReading]) -> dict[str, SessionRead
 # --- --once --json -------------------------------------------------------------------------------
 
 
+Probe = tuple[SessionReading, SlotsRead]
+
+
 def attach_once(job: AttachJob, sampler: Any, *, sleep: Callable[[float], None] = time.sleep
                 ) -> tuple[dict[str, Any], bool]:
     """One sample and one reading per endpoint (two for llama-server, ``interval`` apart, for tok/s).
@@ -184,40 +247,53 @@ def attach_once(job: AttachJob, sampler: Any, *, sleep: Callable[[float], None] 
     ``ok`` is False when no endpoint answered as it should (the CLI exits 3); following a PID with
     nothing else asked for is fine on its own.
     """
-    first, note = _first_readings(job)
+    first, note = _first_probes(job)
     sample = sampler.sample()
-    second = _second_readings(job, first, sleep)
+    second = _second_probes(job, first, sleep)
     record = sample_record(sample)
     if note:
         record["discovery"] = note
-    for source, reading in first.items():
-        record[RECORD_KEYS[source]] = endpoint_record(reading, second.get(source))
-    ok, reason = _verdict(job, first, second, sample)
+    for source, (reading, slots) in first.items():
+        later = second.get(source)
+        live = _live_rate(slots, later[1]) if later else None
+        record[RECORD_KEYS[source]] = endpoint_record(reading, later[0] if later else None, live)
+    latest = {source: (second.get(source) or probe)[0] for source, probe in first.items()}
+    ok, reason = _verdict(job, latest, sample)
     record["ok"] = ok
     if reason:
         record["reason"] = reason
     return record, ok
 
 
-def _first_readings(job: AttachJob) -> tuple[dict[str, SessionReading], str | None]:
+def _first_probes(job: AttachJob) -> tuple[dict[str, Probe], str | None]:
     if not job.discover_defaults:
-        return {e.source: e.read(job.timeout) for e in job.endpoints}, None
+        return {e.source: e.probe(job.timeout) for e in job.endpoints}, None
     found = discover(timeout=min(job.timeout, DISCOVERY_TIMEOUT_S))
-    return dict(found.readings), found.message
+    probes = {source: (reading, SlotsRead()) for source, reading in found.readings.items()}
+    if found.readings[LLAMA_SERVER].status == "ok":  # again, with /slots' progress for a live rate
+        probes[LLAMA_SERVER] = Endpoint(LLAMA_SERVER, found.found[LLAMA_SERVER]).probe(job.timeout)
+    return probes, found.message
 
 
-def _second_readings(job: AttachJob, first: dict[str, SessionReading],
-                     sleep: Callable[[float], None]) -> dict[str, SessionReading]:
-    again = [r for r in first.values() if r.source == LLAMA_SERVER and r.status == "ok"]
+def _second_probes(job: AttachJob, first: dict[str, Probe], sleep: Callable[[float], None]) -> dict[str, Probe]:
+    again = [r for r, _ in first.values() if r.source == LLAMA_SERVER and r.status == "ok"]
     if not again:
         return {}
     sleep(job.interval)
-    return {r.source: READERS[r.source](r.url, job.timeout) for r in again}
+    return {r.source: Endpoint(r.source, r.url).probe(job.timeout) for r in again}
 
 
-def _verdict(job: AttachJob, first: dict[str, SessionReading], second: dict[str, SessionReading],
-             sample: Any) -> tuple[bool, str | None]:
-    latest = {**first, **second}
+def _live_rate(before: SlotsRead, after: SlotsRead) -> LiveRate | None:
+    meter = LiveDecodeMeter()
+    meter.update(before)
+    rates = meter.update(after)
+    if not rates:
+        return None
+    total = sum(r.n_tokens for r in rates)  # every decoding slot: the server's throughput
+    return LiveRate(rates[0].slot, total, max(r.seconds for r in rates), max(r.depth or 0 for r in rates))
+
+
+def _verdict(job: AttachJob, latest: dict[str, SessionReading], sample: Any) -> tuple[bool, str | None]:
     if any(r.status == "ok" for r in latest.values()):
         return True, None
     process = sample.process
@@ -228,14 +304,15 @@ def _verdict(job: AttachJob, first: dict[str, SessionReading], second: dict[str,
     return False, f"no server could be read ({problems})" if problems else "no server to read"
 
 
-def endpoint_record(reading: SessionReading, later: SessionReading | None = None) -> dict[str, Any]:
+def endpoint_record(reading: SessionReading, later: SessionReading | None = None,
+                    live: LiveRate | None = None) -> dict[str, Any]:
     """A reading as ``--once --json`` reports it, with decode/prompt tok/s or the reason there are none."""
     latest = later or reading
     record: dict[str, Any] = {
         "source": latest.source, "url": latest.url, "status": latest.status, "message": latest.message,
         "reason": None if latest.status == "ok" else latest.message or latest.status,
     }
-    record.update(_rates(reading, later))
+    record.update(_rates(reading, later, live))
     if latest.source == LLAMA_SERVER:
         record.update(_llama_fields(latest))
     else:
@@ -244,14 +321,14 @@ def endpoint_record(reading: SessionReading, later: SessionReading | None = None
     return record
 
 
-def _rates(reading: SessionReading, later: SessionReading | None) -> dict[str, Any]:
+def _rates(reading: SessionReading, later: SessionReading | None, live: LiveRate | None) -> dict[str, Any]:
     meter = SessionRateMeter()
     rates = meter.update(reading)
     if later is not None:
         rates = meter.update(later)
     latest = later or reading
     decode = _rate_or_average(rates.decode_tok_s, rates.decode_reason, latest,
-                              latest.tokens_predicted_total, latest.tokens_predicted_seconds_total)
+                              latest.tokens_predicted_total, latest.tokens_predicted_seconds_total, live)
     prompt = _rate_or_average(rates.prompt_tok_s, rates.prompt_reason, latest,
                               latest.prompt_tokens_total, latest.prompt_seconds_total)
     gap = later.t - reading.t if later is not None else None
@@ -263,16 +340,20 @@ def _rates(reading: SessionReading, later: SessionReading | None) -> dict[str, A
 
 
 def _rate_or_average(rate: float | None, reason: str | None, latest: SessionReading, tokens: float | None,
-                     seconds: float | None) -> tuple[float | None, str | None, str | None]:
-    """(tok/s, basis, reason): the rate between the two readings, else the server's lifetime average."""
+                     seconds: float | None, live: LiveRate | None = None
+                     ) -> tuple[float | None, str | None, str | None]:
+    """(tok/s, basis, reason): the server's counters between the two readings, else the running
+    request's progress in /slots, else the server's lifetime average."""
     if latest.status != "ok" or latest.source != LLAMA_SERVER:
         return None, None, reason
     if rate is not None:
-        return rate, "between the two readings", None
+        return rate, "server counters between the two readings (a request finished in between)", None
+    if live is not None:
+        return live.tok_s, f"live: /slots n_decoded, {live.n_tokens} tokens in {live.seconds:.2f} s", None
     if tokens is None or seconds is None:
         return None, None, "llama-server's /metrics has no such counter (an older or newer server?)"
     if tokens > 0 and seconds > 0:
-        return tokens / seconds, "average since llama-server started (no request ran between the readings)", None
+        return tokens / seconds, "average since llama-server started (no tokens counted between the readings)", None
     return None, None, NOTHING_GENERATED
 
 

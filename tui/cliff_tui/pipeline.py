@@ -25,6 +25,7 @@ from cliff_tui.events import (
 from cliff_tui.history import DEFAULT_CAPACITY, History
 
 GENERATING_PHASES = ("baseline", "decode")
+ATTACH_RUN_ID = "attach"  # DecodeWindows of an attached server's live rate (see cliff_tui.attach)
 
 
 @dataclass
@@ -86,9 +87,11 @@ class Pipeline:
         self.notices: deque[Notice] = deque(maxlen=50)
         self.alerts: deque[Alert] = deque(maxlen=200)
         self.text: deque[str] = deque(maxlen=200)
-        self.session: SessionReading | None = None
+        self.errors: deque[RunFailed] = deque(maxlen=50)
+        self.session: SessionReading | None = None  # the one whose tok/s is shown (llama-server first)
         self.session_rates: SessionRates | None = None
-        self._session_meter = SessionRateMeter()
+        self.sessions: dict[tuple[str, str], SessionReading] = {}
+        self._session_meters: dict[tuple[str, str], SessionRateMeter] = {}
         self._session_points: list[DecodePoint] = []
         self._baselines = SpillBaselines()
         self._throttle: set[str] = set()
@@ -141,6 +144,8 @@ class Pipeline:
     def _on_window(self, e: DecodeWindow) -> None:
         if e.run_id in self.runs:
             self.runs[e.run_id].windows.append(e)
+        elif e.run_id == ATTACH_RUN_ID and e.tok_s > 0:
+            self._session_points.append(DecodePoint(e.depth, 1000.0 / e.tok_s, e.n_tokens, "depth"))
         self.history.add("tok_s", e.t, e.tok_s)
 
     def _on_finished(self, e: RunFinished) -> None:
@@ -150,6 +155,7 @@ class Pipeline:
         self._triangulations = None
 
     def _on_failed(self, e: RunFailed) -> None:
+        self.errors.append(e)
         view = self.runs.get(e.run_id)
         if view is not None:
             view.failure = e
@@ -161,9 +167,14 @@ class Pipeline:
         self._triangulations = None
 
     def _on_session(self, e: SessionReading) -> None:
+        key = (e.source, e.url)
+        self.sessions[key] = e
+        rates = self._session_meters.setdefault(key, SessionRateMeter()).update(e)
+        if e.source == "ollama" and any(source != "ollama" for source, _ in self.sessions):
+            return  # llama-server's reading carries the tok/s; Ollama's models stay in `sessions`
         self.session = e
-        self.session_rates = self._session_meter.update(e)
-        rate = self.session_rates.decode_tok_s
+        self.session_rates = rates
+        rate = rates.decode_tok_s
         if e.status == "ok" and rate is not None and self._session_rate_is_new(e):
             self.history.add("tok_s", e.t, rate)
             used = max((s.tokens_used or 0 for s in e.slots), default=0)
@@ -196,15 +207,16 @@ class Pipeline:
             progress = self.current.progress
             return progress is not None and progress.phase in GENERATING_PHASES
         session = self.session
-        return bool(session and session.status == "ok" and (session.requests_processing or 0) > 0)
+        return bool(session and session.status in ("ok", "no-metrics") and (
+            (session.requests_processing or 0) > 0 or any(slot.processing for slot in session.slots)))
 
     @property
     def kv_on_gpu(self) -> bool | None:
         if self.current is not None and self.current.kv_device:
             return gpu_index_of(self.current.kv_device) is not None
-        session = self.session
-        if session and session.models:
-            return any((m.size_vram_bytes or 0) > 0 for m in session.models)
+        models = [m for session in self.sessions.values() for m in session.models]
+        if models:
+            return any((m.size_vram_bytes or 0) > 0 for m in models)
         return None
 
     @property
@@ -221,10 +233,8 @@ class Pipeline:
 
     @property
     def last_failure(self) -> RunFailed | None:
-        for view in reversed(list(self.runs.values())):
-            if view.failure is not None and view.failure.kind != "cancelled":
-                return view.failure
-        return None
+        """The newest failure worth showing (a cancel is the user's own doing)."""
+        return next((e for e in reversed(self.errors) if e.kind != "cancelled"), None)
 
     def speed_verdict(self) -> SpeedVerdict | None:
         if self.current is not None:

@@ -87,18 +87,32 @@ def classify_speed(
     vs_expected = _drop_pct(expected, depth_tok_s)
     knee = find_knee(points, fit)
     causes = _cause(set(throttle_seen))
-    if knee is not None or (vs_expected is not None and vs_expected >= th.SPEED_RED_PCT):
+    noise = noise_pct(points, fit)
+    amber_at = max(th.SPEED_AMBER_PCT, th.SPEED_NOISE_SIGMAS * noise)
+    red_at = max(th.SPEED_RED_PCT, th.SPEED_NOISE_SIGMAS * noise)
+    if knee is not None or (vs_expected is not None and vs_expected >= red_at):
         where = f" near depth {knee:,}" if knee is not None else ""
         text = (f"cliff: decode fell {vs_expected:.0f}% below the depth trend{where} — the bottleneck "
                 "moved to memory bandwidth / PCIe")
         return SpeedVerdict("red", text, raw_drop, expected, vs_expected, knee, causes)
-    if vs_expected is not None and vs_expected >= th.SPEED_AMBER_PCT:
+    if vs_expected is not None and vs_expected >= amber_at:
         why = causes or "background load or noise"
         text = f"{vs_expected:.0f}% below the depth trend — likely {why}"
         return SpeedVerdict("amber", text, raw_drop, expected, vs_expected, None, why)
     text = (f"expected decline with depth (attention reads every cached token); "
             f"trend predicts {expected:.1f} tok/s, measured {depth_tok_s:.1f}")
+    if vs_expected is not None and vs_expected >= th.SPEED_AMBER_PCT:
+        text += f" — within this run's noise (±{noise:.0f}%)"
     return SpeedVerdict("ok", text, raw_drop, expected, vs_expected, None, causes)
+
+
+def noise_pct(points: Sequence[DecodePoint], fit: LineFit) -> float:
+    """How far the shallow points scatter around their own trend, in % (a robust sigma)."""
+    ref = reference_points(points)
+    rel = [abs(p.ms_per_token - fit.at(p.depth)) / fit.at(p.depth) for p in ref if fit.at(p.depth) > 0]
+    if len(rel) < 3:
+        return 0.0
+    return 1.4826 * statistics.median(rel) * 100
 
 
 def find_knee(points: Sequence[DecodePoint], fit: LineFit) -> int | None:

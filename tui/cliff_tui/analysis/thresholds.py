@@ -15,6 +15,7 @@ RAM_RISE_MIN_BYTES = 128 * MiB
 SPEED_AMBER_PCT = 10.0   # ~10 % can be throttling or background load
 SPEED_RED_PCT = 50.0     # ≥ 50 % means the bottleneck moved to memory bandwidth / PCIe
 FIT_MIN_POINTS = 3       # fewer points than this: compare against the baseline only
+SPEED_NOISE_SIGMAS = 3.0  # a run whose own probes scatter by ±x % cannot flag less than 3x
 
 # Triangulation: the third point is "on the line" when its miss is within this many noise sigmas,
 # and never stricter than the relative floor (allocator rounding, page granularity).

@@ -124,6 +124,7 @@ class Run:
         except CliffError as exc:
             self.publish(RunFailed(time.time(), self.run_id, exc.kind, str(exc),
                                    n_ctx=getattr(exc, "n_ctx", None) or n_ctx, depth=self.settings.depth))
+            exc.published = True
             raise
 
     def _execute(self, info: ModelInfo, n_ctx: int) -> RunResult:

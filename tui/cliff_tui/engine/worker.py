@@ -10,6 +10,7 @@ runs one :class:`Run` or the calibration, and sends every event back over a pipe
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any, Callable
 from cliff_tui.events import RunFailed, RunSettings
 
 _CTX = multiprocessing.get_context("spawn")
+_tracker_lock = threading.Lock()
 POLL_S = 0.05
 
 
@@ -112,10 +114,26 @@ def _decode_seconds(context: Any, n: int) -> float:
 # --- parent side ------------------------------------------------------------------------------
 
 
+def _ensure_resource_tracker() -> None:
+    """multiprocessing starts its resource tracker with ``sys.stderr.fileno()`` among the fds
+    to keep; under Textual, ``sys.stderr`` is a capture object whose fileno is not a real fd
+    ("bad value(s) in fds_to_keep"). Start the tracker against the real stderr first."""
+    from multiprocessing import resource_tracker
+
+    with _tracker_lock:
+        captured = sys.stderr
+        try:
+            sys.stderr = sys.__stderr__
+            resource_tracker.ensure_running()
+        finally:
+            sys.stderr = captured
+
+
 def run_in_worker(target: Callable, args: tuple, on_message: Callable[[Any], None], cancel: threading.Event,
                   on_pid: Callable[[int | None], None] | None = None) -> int | None:
     """Start ``target(*args, conn)`` in a fresh process, hand every message it sends to
     ``on_message``, stop it when ``cancel`` is set. Returns its exit code (None if cancelled)."""
+    _ensure_resource_tracker()
     parent, child = _CTX.Pipe(duplex=False)
     process = _CTX.Process(target=target, args=(*args, child), daemon=True, name="cliff-worker")
     process.start()

@@ -23,13 +23,15 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import json
+import math
 import re
 import socket
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cliff_tui.events import ServedModel, SessionReading, SlotReading
@@ -40,7 +42,8 @@ DEFAULT_URLS = {LLAMA_SERVER: "http://127.0.0.1:8080", OLLAMA: "http://127.0.0.1
 MAX_BODY_BYTES = 16 * 1024 * 1024  # /slots carries every slot's prompt text: large in a long chat
 _KNOWN_SUFFIXES = ("/metrics", "/slots", "/props", "/health", "/api/ps", "/v1")
 _USER_AGENT = "cliff-tui"
-METRICS_HINT = "restart llama-server with --metrics to get tok/s"
+METRICS_HINT = "restart it with --metrics to get tok/s"
+MAX_SLOTS = 512  # more than any real --parallel; guards against a nonsense total_slots
 
 
 class BadUrl(ValueError):
@@ -135,6 +138,9 @@ def describe_network_error(url: str, exc: BaseException, timeout: float) -> str:
     return f"cannot reach {where}: {text.splitlines()[0]}"
 
 
+Getter = Callable[[str, float], Reply]  # fetch(), or a stand-in in tests
+
+
 # --- Prometheus text ------------------------------------------------------------------------------
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
@@ -161,12 +167,42 @@ def parse_prometheus(text: str) -> dict[str, float]:
 # --- llama-server ---------------------------------------------------------------------------------
 
 
-def read_llama_server(url: str, timeout: float = 2.0, *, get: Callable[[str, float], Reply] = fetch) -> SessionReading:
+@dataclass(frozen=True)
+class SlotProgress:
+    """The request a slot runs, as /slots tells it: the /metrics counters only move when a request
+    finishes (llama-server flushes a slot's stats on reset), so a live decode rate comes from here."""
+
+    id: int
+    id_task: int | None
+    n_decoded: int | None
+    processing: bool | None
+
+
+@dataclass(frozen=True)
+class SlotsRead:
+    slots: tuple[SlotReading, ...] = ()
+    reasons: dict[str, str] = field(default_factory=dict)
+    progress: tuple[SlotProgress, ...] = ()
+    t: float | None = None  # when /slots answered
+
+
+@dataclass(frozen=True)
+class LlamaServerRead:
+    reading: SessionReading
+    slots: SlotsRead = SlotsRead()
+
+
+def read_llama_server(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> SessionReading:
+    return probe_llama_server(url, timeout, get=get).reading
+
+
+def probe_llama_server(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> LlamaServerRead:
+    """The reading, plus the per-slot progress that the reading's records have no room for."""
     base = normalise_url(url)
     t = time.time()
     reply = get(base + "/metrics", timeout)
     if reply.status is None:
-        return _reading(t, LLAMA_SERVER, base, "unreachable", reply.error or "no answer")
+        return LlamaServerRead(_reading(t, LLAMA_SERVER, base, "unreachable", reply.error or "no answer"))
     if reply.status == 200:
         return _from_metrics(t, base, reply, timeout, get)
     return _metrics_refused(t, base, reply, timeout, get)
@@ -176,40 +212,42 @@ def _reading(t: float, source: str, url: str, status: str, message: str, **field
     return SessionReading(t=t, source=source, url=url, status=status, message=message, **fields)
 
 
-def _from_metrics(t: float, base: str, reply: Reply, timeout: float, get) -> SessionReading:
+def _from_metrics(t: float, base: str, reply: Reply, timeout: float, get: Getter) -> LlamaServerRead:
     values = parse_prometheus(reply.body)
     if not any(name.startswith("llamacpp:") for name in values):
-        return _reading(t, LLAMA_SERVER, base, "not-llama", _not_llama_message(base, reply, timeout, get))
-    slots, reasons = read_slots(base, timeout, get=get)
-    slots = _fill_tokens_from_metrics(slots, values, reasons)
-    running = values.get("llamacpp:requests_processing")
-    return _reading(
+        return LlamaServerRead(_reading(t, LLAMA_SERVER, base, "not-llama",
+                                        _not_llama_message(base, reply, timeout, get)))
+    read = _fill_tokens_from_metrics(read_slots(base, timeout, get=get), values)
+    reading = _reading(
         t, LLAMA_SERVER, base, "ok", "",
         tokens_predicted_total=values.get("llamacpp:tokens_predicted_total"),
         tokens_predicted_seconds_total=values.get("llamacpp:tokens_predicted_seconds_total"),
         prompt_tokens_total=values.get("llamacpp:prompt_tokens_total"),
         prompt_seconds_total=values.get("llamacpp:prompt_seconds_total"),
-        requests_processing=int(running) if running is not None else None,
-        slots=slots, reasons=reasons,
+        requests_processing=_int(values.get("llamacpp:requests_processing")),
+        slots=read.slots, reasons=read.reasons,
     )
+    return LlamaServerRead(reading, read)
 
 
-def _metrics_refused(t: float, base: str, reply: Reply, timeout: float, get) -> SessionReading:
+def _metrics_refused(t: float, base: str, reply: Reply, timeout: float, get: Getter) -> LlamaServerRead:
     error = llama_error(reply)
     if error is not None and reply.status == 501 and "metrics" in error.lower():
-        slots, reasons = read_slots(base, timeout, get=get)
-        return _reading(t, LLAMA_SERVER, base, "no-metrics",
-                        f"llama-server runs without --metrics: {METRICS_HINT} (context use still shown)",
-                        slots=slots, reasons=reasons)
+        return _no_metrics(t, base, f"llama-server runs without --metrics: {METRICS_HINT} (slots are still read)",
+                           read_slots(base, timeout, get=get))
     if error is not None:
-        return _reading(t, LLAMA_SERVER, base, "error", _llama_error_message(reply.status, error))
+        return LlamaServerRead(_reading(t, LLAMA_SERVER, base, "error", _llama_error_message(reply.status, error)))
     props = get(base + "/props", timeout)
     if _looks_like_props(props.json() if props.status == 200 else None):
-        slots, reasons = read_slots(base, timeout, get=get)
-        return _reading(t, LLAMA_SERVER, base, "no-metrics",
-                        f"llama-server answered /metrics with HTTP {reply.status}: {METRICS_HINT}",
-                        slots=slots, reasons=reasons)
-    return _reading(t, LLAMA_SERVER, base, "not-llama", _not_llama_message(base, reply, timeout, get))
+        return _no_metrics(t, base, f"llama-server answered /metrics with HTTP {reply.status}: {METRICS_HINT}",
+                           read_slots(base, timeout, get=get))
+    return LlamaServerRead(_reading(t, LLAMA_SERVER, base, "not-llama",
+                                    _not_llama_message(base, reply, timeout, get)))
+
+
+def _no_metrics(t: float, base: str, message: str, read: SlotsRead) -> LlamaServerRead:
+    reading = _reading(t, LLAMA_SERVER, base, "no-metrics", message, slots=read.slots, reasons=read.reasons)
+    return LlamaServerRead(reading, read)
 
 
 def llama_error(reply: Reply) -> str | None:
@@ -234,7 +272,7 @@ def _looks_like_props(body: Any) -> bool:
     return isinstance(body, dict) and ("default_generation_settings" in body or "total_slots" in body)
 
 
-def _not_llama_message(base: str, reply: Reply, timeout: float, get) -> str:
+def _not_llama_message(base: str, reply: Reply, timeout: float, get: Getter) -> str:
     what = _describe_body(reply)
     hint = "check the URL and port"
     if _is_ollama(base, timeout, get):
@@ -257,22 +295,22 @@ def _describe_body(reply: Reply) -> str:
     return f"{first!r}"
 
 
-def _is_ollama(base: str, timeout: float, get) -> bool:
+def _is_ollama(base: str, timeout: float, get: Getter) -> bool:
     reply = get(base + "/api/version", timeout)
     body = reply.json() if reply.status == 200 else None
     return isinstance(body, dict) and isinstance(body.get("version"), str) and len(body) <= 3
 
 
-def read_slots(base: str, timeout: float, *, get: Callable[[str, float], Reply] = fetch
-               ) -> tuple[tuple[SlotReading, ...], dict[str, str]]:
+def read_slots(base: str, timeout: float, *, get: Getter = fetch) -> SlotsRead:
     reply = get(base + "/slots", timeout)
+    t = time.time()
     if reply.status == 200:
+        body = reply.json()
         try:
-            return parse_slots(reply.json()), {}
+            return SlotsRead(parse_slots(body), {}, parse_progress(body), t)
         except ValueError as exc:
-            return (), {"slots": f"/slots: {exc}"}
-    why = _slots_refused(reply)
-    return _slots_from_props(base, timeout, get, why)
+            return SlotsRead(reasons={"slots": f"/slots: {exc}"})
+    return _slots_from_props(base, timeout, get, _slots_refused(reply))
 
 
 def _slots_refused(reply: Reply) -> str:
@@ -284,16 +322,16 @@ def _slots_refused(reply: Reply) -> str:
     return f"/slots answered HTTP {reply.status}" + (f": {error}" if error else "")
 
 
-def _slots_from_props(base: str, timeout: float, get, why: str) -> tuple[tuple[SlotReading, ...], dict[str, str]]:
+def _slots_from_props(base: str, timeout: float, get: Getter, why: str) -> SlotsRead:
     props = get(base + "/props", timeout)
     body = props.json() if props.status == 200 else None
     if not _looks_like_props(body):
-        return (), {"slots": why}
+        return SlotsRead(reasons={"slots": why})
     settings = body.get("default_generation_settings")
     n_ctx = _int(settings.get("n_ctx")) if isinstance(settings, dict) else None
-    total = _int(body.get("total_slots")) or 1
+    total = min(max(_int(body.get("total_slots")) or 1, 1), MAX_SLOTS)
     slots = tuple(SlotReading(id=i, n_ctx=n_ctx, tokens_used=None, processing=None) for i in range(total))
-    return slots, {"slots": f"{why}; n_ctx from /props"}
+    return SlotsRead(slots, {"slots": f"{why}; n_ctx from /props"})
 
 
 def parse_slots(body: Any) -> tuple[SlotReading, ...]:
@@ -303,12 +341,21 @@ def parse_slots(body: Any) -> tuple[SlotReading, ...]:
 
 
 def _slot(index: int, item: dict[str, Any]) -> SlotReading:
+    return SlotReading(id=_slot_id(index, item), n_ctx=_int(item.get("n_ctx")), tokens_used=_slot_tokens(item),
+                       processing=_processing(item))
+
+
+def _slot_id(index: int, item: dict[str, Any]) -> int:
+    found = _int(item.get("id"))
+    return index if found is None else found
+
+
+def _processing(item: dict[str, Any]) -> bool | None:
     processing = item.get("is_processing")
-    if not isinstance(processing, bool):
-        state = _int(item.get("state"))
-        processing = None if state is None else state != 0
-    return SlotReading(id=_int(item.get("id")) if _int(item.get("id")) is not None else index,
-                       n_ctx=_int(item.get("n_ctx")), tokens_used=_slot_tokens(item), processing=processing)
+    if isinstance(processing, bool):
+        return processing
+    state = _int(item.get("state"))  # older servers: 0 is idle
+    return None if state is None else state != 0
 
 
 def _slot_tokens(item: dict[str, Any]) -> int | None:
@@ -321,19 +368,35 @@ def _slot_tokens(item: dict[str, Any]) -> int | None:
     return None
 
 
-def _fill_tokens_from_metrics(slots: tuple[SlotReading, ...], values: dict[str, float],
-                              reasons: dict[str, str]) -> tuple[SlotReading, ...]:
+def parse_progress(body: Any) -> tuple[SlotProgress, ...]:
+    if not isinstance(body, list):
+        return ()
+    return tuple(SlotProgress(_slot_id(i, item), _int(item.get("id_task", item.get("task_id"))),
+                              _n_decoded(item), _processing(item))
+                 for i, item in enumerate(body) if isinstance(item, dict))
+
+
+def _n_decoded(item: dict[str, Any]) -> int | None:
+    """``next_token`` is an object in older servers, a one-item list in current ones."""
+    nxt = item.get("next_token")
+    if isinstance(nxt, list) and nxt:
+        nxt = nxt[0]
+    return _int(nxt.get("n_decoded")) if isinstance(nxt, dict) else None
+
+
+def _fill_tokens_from_metrics(read: SlotsRead, values: dict[str, float]) -> SlotsRead:
     """Older servers: one slot without a token count, but the global ``kv_cache_tokens`` gauge."""
-    cached = values.get("llamacpp:kv_cache_tokens")
-    if len(slots) != 1 or slots[0].tokens_used is not None or cached is None:
-        return slots
-    reasons.setdefault("tokens_used", "from llamacpp:kv_cache_tokens (this server's /slots has no token count)")
-    only = slots[0]
-    return (SlotReading(only.id, only.n_ctx, int(cached), only.processing),)
+    cached = _int(values.get("llamacpp:kv_cache_tokens"))
+    if len(read.slots) != 1 or read.slots[0].tokens_used is not None or cached is None:
+        return read
+    only = read.slots[0]
+    reasons = {**read.reasons, "tokens_used": "from llamacpp:kv_cache_tokens (this /slots has no token count)"}
+    slots = (SlotReading(only.id, only.n_ctx, cached, only.processing),)
+    return dataclasses.replace(read, slots=slots, reasons=reasons)
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return int(value)
 
@@ -341,7 +404,7 @@ def _int(value: Any) -> int | None:
 # --- Ollama ---------------------------------------------------------------------------------------
 
 
-def read_ollama(url: str, timeout: float = 2.0, *, get: Callable[[str, float], Reply] = fetch) -> SessionReading:
+def read_ollama(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> SessionReading:
     base = normalise_url(url)
     t = time.time()
     reply = get(base + "/api/ps", timeout)
@@ -351,7 +414,8 @@ def read_ollama(url: str, timeout: float = 2.0, *, get: Callable[[str, float], R
     if reply.status == 200 and isinstance(body, dict) and isinstance(body.get("models"), list):
         return _from_ps(t, base, body["models"])
     if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return _reading(t, OLLAMA, base, "error", f"Ollama answered /api/ps with HTTP {reply.status}: {body['error']}")
+        message = f"Ollama answered /api/ps with HTTP {reply.status}: {body['error']}"
+        return _reading(t, OLLAMA, base, "error", message)
     return _reading(t, OLLAMA, base, "not-llama",
                     f"{base} is not Ollama (/api/ps gave HTTP {reply.status}, {_describe_body(reply)}): "
                     "check the URL and port")

@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Static
+from textual.worker import Worker, WorkerState
 
 from cliff_tui.bus import EventBus
 from cliff_tui.engine.errors import CliffError
@@ -168,9 +169,15 @@ class CliffApp(App):
         try:
             self.job.run(self.bus.publish, self.cancel)
         except CliffError as exc:
-            # The failure is already on the bus as RunFailed (run) or published here (others).
-            if not self.cancel.is_set():
+            if not self.cancel.is_set() and not getattr(exc, "published", False):
                 self.bus.publish(RunFailed(time.time(), "job", exc.kind, str(exc)))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A bug in a job must not vanish silently: show it, keep the dashboard running."""
+        if event.worker.name == "job" and event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self.bus.publish(RunFailed(time.time(), "job", "error",
+                                       f"internal error: {type(error).__name__}: {error} (please report it)"))
 
     def _tick(self) -> None:
         if self.player is not None:
@@ -183,7 +190,9 @@ class CliffApp(App):
 
     def _draw(self) -> None:
         p = self.pipeline
-        version = (p.version, self.size.width, self.size.height, self.paused, self.player and self.player.cursor)
+        player = self.player
+        version = (p.version, self.size.width, self.size.height, self.paused,
+                   player and (player.cursor, player.playing, player.speed, round(player.position, 1)))
         if version == self._drawn:
             return
         self._drawn = version
@@ -259,8 +268,7 @@ class CliffApp(App):
     def _progress_text(self):
         if self.player is not None:
             return render.Text(self.player.cursor_line(), no_wrap=True)
-        session = self.pipeline.session
-        if self.mode == "attach" and session is not None:
+        if self.mode == "attach" and self.pipeline.sessions:
             return render.session_line(self.pipeline)
         return render.progress_line(self.pipeline)
 

@@ -217,19 +217,20 @@ def progress_line(p: Pipeline) -> Text:
 
 
 def session_line(p: Pipeline) -> Text:
-    s, rates = p.session, p.session_rates
-    if s is None:
-        return Text("")
-    style = "" if s.status == "ok" else "yellow"
-    parts = [f"{s.source} {s.url}", s.status if s.status == "ok" else f"{s.status}: {s.message}"]
-    if rates is not None and s.status == "ok":
-        parts.append(f"decode {fmt_tok_s(rates.decode_tok_s)} tok/s · prompt {fmt_tok_s(rates.prompt_tok_s)} tok/s")
-    for slot in s.slots:
-        if slot.n_ctx:
-            parts.append(f"slot {slot.id}: {slot.tokens_used or 0:,}/{slot.n_ctx:,} tokens")
-    for m in s.models:
-        in_ram = (m.size_bytes or 0) - (m.size_vram_bytes or 0)
-        parts.append(f"{m.name}: {fmt_bytes(m.size_vram_bytes)} in VRAM, {fmt_bytes(in_ram)} in RAM")
-    if s.requests_processing:
-        parts.append(f"{s.requests_processing} request(s) running")
-    return Text(" · ".join(parts), style=style, no_wrap=True, overflow="ellipsis")
+    """One line per attached server, joined: status, rates, slots, where Ollama's models live."""
+    parts, warn = [], False
+    for s in p.sessions.values():
+        warn = warn or s.status != "ok"
+        parts.append(f"{s.source} {s.url} " + (s.status if s.status == "ok" else f"{s.status}: {s.message}"))
+        if s is p.session and p.session_rates is not None and s.status == "ok" and s.source != "ollama":
+            r = p.session_rates
+            parts.append(f"decode {fmt_tok_s(r.decode_tok_s)} tok/s · prompt {fmt_tok_s(r.prompt_tok_s)} tok/s")
+        for slot in s.slots:
+            if slot.n_ctx:
+                parts.append(f"slot {slot.id}: {slot.tokens_used or 0:,}/{slot.n_ctx:,} tokens")
+        for m in s.models:
+            in_ram = (m.size_bytes or 0) - (m.size_vram_bytes or 0)
+            parts.append(f"{m.name}: {fmt_bytes(m.size_vram_bytes)} in VRAM, {fmt_bytes(in_ram)} in RAM")
+        if s.requests_processing:
+            parts.append(f"{s.requests_processing} request(s) running")
+    return Text(" · ".join(parts), style="yellow" if warn else "", no_wrap=True, overflow="ellipsis")

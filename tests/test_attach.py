@@ -1,0 +1,700 @@
+"""``cliff-tui attach``: endpoint readers, the polling job, ``--once --json``, and a real llama-server.
+
+The HTTP tests run against a loopback fake serving recorded bodies (tests/data/endpoints); the last
+test runs against a real ``llama-server`` when one is found ($LLAMA_SERVER, PATH, or the binary
+scripts/build_llama_server.sh leaves in .tools/llama-server/bin).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cliff_tui.attach import (
+    NOTHING_GENERATED, AttachJob, LiveDecodeMeter, Poller, attach_once, endpoint_record,
+)
+from cliff_tui.engine.errors import BadInput
+from cliff_tui.events import DecodeWindow, Notice, SessionReading, SlotReading
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.probes import endpoints as ep
+from cliff_tui.probes.endpoints import (
+    BadUrl, SlotProgress, SlotsRead, describe_network_error, discover, normalise_url, parse_prometheus,
+    probe_llama_server, read_llama_server, read_ollama,
+)
+from cliff_tui.probes.sampler import Sampler
+from fakes.http_server import FakeHttpServer, Route, closed_port, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+BUSY = [Route.file("llama_metrics_busy_1.txt"), Route.file("llama_metrics_busy_2.txt")]
+DECODING = [Route.file("llama_slots_decoding_1.json"), Route.file("llama_slots_decoding_2.json")]
+
+
+def llama(metrics: Route | list[Route], slots: Route | None = None, **more: Route) -> FakeHttpServer:
+    routes = {"/metrics": metrics, "/slots": slots or Route.file("llama_slots.json"),
+              **{"/" + k.replace("_", "/"): v for k, v in more.items()}}
+    return FakeHttpServer(routes).start()
+
+
+def plain(routes: dict[str, Route]) -> FakeHttpServer:
+    return FakeHttpServer(routes).start()
+
+
+def ollama(ps: Route) -> FakeHttpServer:
+    return FakeHttpServer({"/api/ps": ps, "/api/version": Route.file("ollama_version.json")}).start()
+
+
+@pytest.fixture
+def server():
+    servers: list[FakeHttpServer] = []
+
+    def make(factory, *args, **kwargs) -> FakeHttpServer:
+        servers.append(factory(*args, **kwargs))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.stop()
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("http_proxy", "HTTP_PROXY")}
+    return subprocess.run([sys.executable, "-m", "cliff_tui", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+# --- parsing --------------------------------------------------------------------------------------
+
+
+def test_prometheus_text_parses_counters_gauges_and_labels():
+    text = ("# HELP x y\n# TYPE llamacpp:a counter\nllamacpp:a 12.5\nllamacpp:b 3e2\n"
+            'm{position="0"} 4\nbad line\nnan_metric NaN\n')
+    values = parse_prometheus(text)
+    assert values["llamacpp:a"] == 12.5 and values["llamacpp:b"] == 300
+    assert values['m{position="0"}'] == 4
+    assert "bad" not in values and values["nan_metric"] != values["nan_metric"]
+
+
+@pytest.mark.parametrize("given, base", [
+    ("127.0.0.1:8080", "http://127.0.0.1:8080"),
+    ("http://127.0.0.1:8080/", "http://127.0.0.1:8080"),
+    ("http://localhost:8080/metrics", "http://localhost:8080"),
+    ("https://box.lan/llm/v1", "https://box.lan/llm"),
+    ("http://[::1]:11434/api/ps", "http://[::1]:11434"),
+])
+def test_urls_are_normalised_to_the_server_base(given, base):
+    assert normalise_url(given) == base
+
+
+@pytest.mark.parametrize("bad", ["ftp://host", "http://", "http://host:99999x"])
+def test_bad_urls_are_bad_input_not_a_traceback(bad):
+    with pytest.raises(BadUrl):
+        normalise_url(bad)
+    with pytest.raises(BadInput, match="--llama-server"):
+        AttachJob.from_args(bad, None)
+
+
+def test_network_errors_read_as_one_line():
+    url = "http://nowhere.invalid:8080/metrics"
+    dns = describe_network_error(url, socket.gaierror(-2, "Name or service not known"), 2)
+    assert dns.startswith("cannot resolve host 'nowhere.invalid'")
+    assert "timeout" in describe_network_error(url, TimeoutError("timed out"), 2)
+    assert "\n" not in describe_network_error(url, OSError("line one\nline two"), 2)
+
+
+# --- llama-server -----------------------------------------------------------------------------------
+
+
+def test_llama_server_busy_reads_counters_and_slots(server):
+    s = server(llama, Route.file("llama_metrics_busy_1.txt"))
+    r = read_llama_server(s.url, 2)
+    assert (r.status, r.source, r.url) == ("ok", "llama-server", s.url)
+    assert r.tokens_predicted_total == 96 and r.tokens_predicted_seconds_total == 2
+    assert r.prompt_tokens_total == 1024 and r.prompt_seconds_total == 4
+    assert r.requests_processing == 1
+    busy, idle = r.slots
+    assert (busy.id, busy.n_ctx, busy.tokens_used, busy.processing) == (0, 4096, 1144, True)
+    assert (idle.id, idle.n_ctx, idle.tokens_used, idle.processing) == (1, 4096, None, False)
+
+
+def test_llama_server_idle_has_zero_counters(server):
+    s = server(llama, Route.file("llama_metrics_idle.txt"))
+    r = read_llama_server(s.url, 2)
+    assert r.status == "ok" and r.tokens_predicted_total == 0 and r.requests_processing == 0
+
+
+def test_legacy_server_slot_state_and_kv_cache_tokens(server):
+    s = server(llama, Route.file("llama_metrics_legacy.txt"), Route.file("llama_slots_legacy.json"))
+    r = read_llama_server(s.url, 2)
+    (slot,) = r.slots
+    assert (slot.n_ctx, slot.processing, slot.tokens_used) == (2048, True, 26)
+    assert "kv_cache_tokens" in r.reasons["tokens_used"]
+
+
+def test_without_metrics_flag_says_so_and_still_reads_slots(server):
+    s = server(llama, Route.file("llama_no_metrics.json", 501))
+    r = read_llama_server(s.url, 2)
+    assert r.status == "no-metrics"
+    assert "--metrics" in r.message
+    assert r.tokens_predicted_total is None
+    assert [slot.n_ctx for slot in r.slots] == [4096, 4096]
+
+
+def test_without_metrics_and_slots_takes_n_ctx_from_props(server):
+    s = server(llama, Route.file("llama_no_metrics.json", 501), Route.file("llama_no_slots.json", 501),
+               props=Route.file("llama_props.json"))
+    r = read_llama_server(s.url, 2)
+    assert r.status == "no-metrics"
+    assert [(slot.n_ctx, slot.tokens_used) for slot in r.slots] == [(8192, None), (8192, None)]
+    assert "--no-slots" in r.reasons["slots"]
+
+
+def test_slots_failure_leaves_a_reason_not_an_error(server):
+    s = server(llama, Route.file("llama_metrics_idle.txt"), Route.text("[", 200))
+    r = read_llama_server(s.url, 2)
+    assert r.status == "ok" and r.slots == () and "slots" in r.reasons
+
+
+def test_html_page_is_not_llama(server):
+    s = server(plain, {"/metrics": Route.file("not_llama.html")})
+    r = read_llama_server(s.url, 2)
+    assert r.status == "not-llama"
+    assert "HTML page" in r.message and "check the URL" in r.message
+
+
+def test_other_prometheus_exporter_is_not_llama(server):
+    s = server(plain, {"/metrics": Route.file("other_metrics.txt")})
+    r = read_llama_server(s.url, 2)
+    assert r.status == "not-llama" and "vllm:*" in r.message
+
+
+def test_ollama_port_given_as_llama_server_gets_a_hint(server):
+    s = server(ollama, Route.file("ollama_ps.json"))
+    s.route("/metrics", Route.file("ollama_404.txt", 404))
+    r = read_llama_server(s.url, 2)
+    assert r.status == "not-llama"
+    assert f"--ollama {s.url}" in r.message
+
+
+def test_a_404_from_a_llama_server_without_the_route_reads_as_no_metrics(server):
+    s = server(llama, Route.text("", 404), Route.file("llama_slots.json"), props=Route.file("llama_props.json"))
+    r = read_llama_server(s.url, 2)
+    assert r.status == "no-metrics" and "HTTP 404" in r.message
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ("llama_api_key.json", 401, "--api-key"),
+    ("llama_loading.json", 503, "not ready"),
+])
+def test_llama_server_errors_are_reported(server, body, status, words):
+    s = server(llama, Route.file(body, status))
+    r = read_llama_server(s.url, 2)
+    assert r.status == "error" and words in r.message
+
+
+def test_closed_port_is_unreachable():
+    r = read_llama_server(f"http://127.0.0.1:{closed_port()}", 2)
+    assert r.status == "unreachable" and "connection refused" in r.message
+
+
+def test_hung_server_times_out_quickly(server):
+    s = server(llama, Route.file("llama_metrics_idle.txt", delay_s=5))
+    started = time.monotonic()
+    r = read_llama_server(s.url, 0.3)
+    assert r.status == "unreachable" and "timeout" in r.message
+    assert time.monotonic() - started < 2
+
+
+def test_server_that_hangs_up_is_unreachable(server):
+    s = server(plain, {"/metrics": Route(drop=True)})
+    r = read_llama_server(s.url, 2)
+    assert r.status == "unreachable" and "\n" not in r.message
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                      max_size=3), max_leaves=10)
+bodies = st.one_of(st.text(max_size=200), json_values.map(json.dumps),
+                   st.sampled_from(["llamacpp:tokens_predicted_total x\n", "llamacpp:requests_processing NaN\n",
+                                    "llamacpp:kv_cache_tokens +Inf\n", '[{"id": 0, "n_ctx": NaN}]',
+                                    '{"error": {"message": 5}}', '{"error": {"message": "metrics"}}',
+                                    '[{"id": "a", "n_ctx": true}]']))
+
+
+@settings(max_examples=150, deadline=None)
+@given(replies=st.lists(st.tuples(st.sampled_from([None, 200, 404, 500, 501, 503]), bodies), min_size=1,
+                        max_size=5))
+def test_readers_never_raise_whatever_the_server_says(replies):
+    """Any status and body, in any order, gives a reading with a known status and no exception."""
+    queue = list(replies)
+
+    def get(url: str, timeout: float) -> ep.Reply:
+        status, body = queue.pop(0) if len(queue) > 1 else queue[0]
+        return ep.Reply(url, status, body if status else "", None if status else "no answer")
+
+    for read in (read_llama_server, read_ollama):
+        r = read("http://127.0.0.1:1", 1, get=get)
+        assert r.status in ("ok", "unreachable", "no-metrics", "not-llama", "error")
+        assert r.status == "ok" or r.message
+        endpoint_record(r)
+
+
+def test_slots_progress_carries_the_running_request(server):
+    s = server(llama, Route.file("llama_metrics_busy_1.txt"), Route.file("llama_slots_decoding_1.json"))
+    found = probe_llama_server(s.url, 2)
+    assert found.slots.t is not None and found.reading.slots == found.slots.slots
+    busy, idle = found.slots.progress
+    assert (busy.id, busy.id_task, busy.n_decoded, busy.processing) == (0, 7, 40, True)
+    assert (idle.id_task, idle.n_decoded, idle.processing) == (None, None, False)
+
+
+def test_legacy_slots_progress_reads_the_next_token_object(server):
+    s = server(llama, Route.file("llama_metrics_legacy.txt"), Route.file("llama_slots_legacy.json"))
+    (progress,) = probe_llama_server(s.url, 2).slots.progress
+    assert (progress.id_task, progress.n_decoded, progress.processing) == (0, 0, True)
+
+
+def slots_read(t: float, n_decoded: int, task: int = 7, processing: bool = True) -> SlotsRead:
+    return SlotsRead((SlotReading(0, 4096, 1024 + n_decoded, processing),), {},
+                     (SlotProgress(0, task, n_decoded, processing),), t)
+
+
+def test_live_decode_rate_counts_only_decoding_time():
+    meter = LiveDecodeMeter()
+    assert meter.update(slots_read(10.0, 0)) == []
+    assert meter.update(slots_read(10.5, 8)) == []  # the gap held prompt processing too
+    (rate,) = meter.update(slots_read(11.0, 32))
+    assert (rate.n_tokens, rate.seconds, rate.depth, rate.tok_s) == (24, 0.5, 1056, 48.0)
+    assert meter.update(slots_read(11.5, 4, task=8)) == []  # another request
+    assert meter.update(slots_read(12.0, 20, task=8, processing=False)) == []  # finished
+    assert meter.update(SlotsRead()) == []
+
+
+# --- Ollama -----------------------------------------------------------------------------------------
+
+
+def test_ollama_ps_reports_the_part_in_system_ram(server):
+    s = server(ollama, Route.file("ollama_ps.json"))
+    r = read_ollama(s.url, 2)
+    (m,) = r.models
+    assert r.status == "ok" and r.source == "ollama"
+    assert (m.name, m.size_bytes, m.size_vram_bytes, m.context_length) == (
+        "qwen2.5:14b", 11957419008, 8405385216, 32768)
+    assert m.size_vram_bytes < m.size_bytes
+
+
+def test_older_ollama_without_context_length_says_why(server):
+    s = server(ollama, Route.file("ollama_ps_old.json"))
+    r = read_ollama(s.url, 2)
+    assert r.models[0].context_length is None and "context_length" in r.reasons
+
+
+def test_ollama_with_no_model_loaded(server):
+    r = read_ollama(server(ollama, Route.file("ollama_ps_empty.json")).url, 2)
+    assert r.status == "ok" and r.models == () and "no model loaded" in r.message
+
+
+@pytest.mark.parametrize("route, status", [
+    (Route.file("not_llama.html"), "not-llama"),
+    (Route.file("ollama_error.json", 500), "error"),
+])
+def test_ollama_failures(server, route, status):
+    r = read_ollama(server(ollama, route).url, 2)
+    assert r.status == status and r.message
+
+
+def test_ollama_unreachable():
+    r = read_ollama(f"http://127.0.0.1:{closed_port()}", 2)
+    assert r.status == "unreachable" and r.source == "ollama"
+
+
+# --- discovery --------------------------------------------------------------------------------------
+
+
+def test_discovery_says_what_was_found(server):
+    s = server(llama, Route.file("llama_metrics_idle.txt"))
+    nobody = f"http://127.0.0.1:{closed_port()}"
+    found = discover(1, {"llama-server": s.url, "ollama": nobody})
+    assert found.found == {"llama-server": s.url}
+    assert f"found llama-server at {s.url}" in found.message
+    assert "no ollama on" in found.message and "connection refused" in found.message
+
+
+def test_discovery_finding_nothing_says_what_to_pass():
+    nobody = f"http://127.0.0.1:{closed_port()}"
+    found = discover(1, {"llama-server": nobody, "ollama": nobody})
+    assert found.found == {} and "--llama-server URL" in found.message
+
+
+# --- the polling job --------------------------------------------------------------------------------
+
+
+class FlakyEndpoint:
+    source, url = "llama-server", "http://127.0.0.1:1"
+
+    def __init__(self, statuses: list[str]) -> None:
+        self.statuses = statuses
+
+    def read(self, timeout: float) -> SessionReading:
+        return SessionReading(time.time(), self.source, self.url, self.statuses.pop(0), "down")
+
+    def probe(self, timeout: float) -> tuple[SessionReading, SlotsRead]:
+        return self.read(timeout), SlotsRead()
+
+
+def test_poller_backs_off_exponentially_and_recovers():
+    poller = Poller(FlakyEndpoint(["unreachable"] * 7 + ["ok"]), interval=0.5)  # type: ignore[arg-type]
+    delays = []
+    for _ in range(8):
+        before = time.monotonic()
+        reading = poller.poll(1)
+        delays.append(poller.due - before)
+    assert delays == pytest.approx([1, 2, 4, 8, 16, 30, 30, 0.5], abs=0.05)
+    assert reading.status == "ok" and poller.failures == 0
+
+
+def test_failed_readings_say_when_the_next_try_is():
+    poller = Poller(FlakyEndpoint(["unreachable"]), interval=0.5)  # type: ignore[arg-type]
+    assert poller.poll(1).message == "down; retrying in 1 s"
+
+
+def run_job(job: AttachJob, until, limit: float = 10.0) -> tuple[list, float]:
+    """Run the job in a thread until ``until(events)``; returns the events and how long cancel took."""
+    events: list = []
+    cancel = threading.Event()
+    thread = threading.Thread(target=job.run, args=(events.append, cancel), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + limit
+    while not until(events) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    started = time.monotonic()
+    cancel.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    return events, time.monotonic() - started
+
+
+def readings(events: list) -> list[SessionReading]:
+    return [e for e in events if isinstance(e, SessionReading)]
+
+
+def test_job_feeds_the_pipeline_tok_s_and_quits_at_once(server):
+    s = server(llama, BUSY)
+    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1)
+    events, quit_s = run_job(job, lambda ev: len(readings(ev)) >= 3)
+    pipeline = Pipeline()
+    for event in events:
+        pipeline.feed(event)
+    assert pipeline.session.status == "ok"
+    assert pipeline.session_rates.decode_tok_s == pytest.approx(48.0)
+    assert pipeline.live_tok_s() == pytest.approx(48.0)
+    assert pipeline.generating
+    assert quit_s < 0.5
+    assert job.title == f"llama-server {s.url}"
+
+
+def test_job_shows_live_tok_s_while_a_request_runs(server):
+    """The /metrics counters stand still mid-request (busy_1 twice); /slots' n_decoded moves."""
+    s = server(llama, Route.file("llama_metrics_busy_1.txt"), DECODING)
+    job = AttachJob.from_args(s.url, None, interval=0.1, timeout=1)
+    events, _ = run_job(job, lambda ev: any(isinstance(e, DecodeWindow) for e in ev))
+    window = next(e for e in events if isinstance(e, DecodeWindow))
+    assert window.n_tokens == 24 and window.depth == 1088 and window.tok_s > 0
+    pipeline = Pipeline()
+    for event in events:
+        pipeline.feed(event)
+    assert pipeline.live_tok_s() == pytest.approx(window.tok_s)
+
+
+def test_job_retries_an_unreachable_server_and_quits_during_backoff():
+    url = f"http://127.0.0.1:{closed_port()}"
+    job = AttachJob.from_args(url, None, interval=0.05, timeout=1)
+    events, quit_s = run_job(job, lambda ev: len(readings(ev)) >= 2)
+    first, second = readings(events)[:2]
+    assert first.status == second.status == "unreachable"
+    assert "retrying in 1 s" in first.message and "retrying in 2 s" in second.message
+    assert quit_s < 0.5  # the 2 s backoff wait ends as soon as cancel is set
+
+
+def test_job_polls_both_servers(server):
+    llama_srv = server(llama, Route.file("llama_metrics_idle.txt"))
+    ollama_srv = server(ollama, Route.file("ollama_ps.json"))
+    job = AttachJob.from_args(llama_srv.url, ollama_srv.url, interval=0.05, timeout=1)
+    events, _ = run_job(job, lambda ev: {r.source for r in readings(ev)} == {"llama-server", "ollama"})
+    assert {r.source for r in readings(events)} == {"llama-server", "ollama"}
+
+
+def test_job_without_urls_looks_on_the_default_ports(server, monkeypatch):
+    s = server(llama, Route.file("llama_metrics_idle.txt"))
+    nobody = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setattr("cliff_tui.attach.DEFAULT_URLS", {"llama-server": s.url, "ollama": nobody})
+    job = AttachJob.from_args(None, None, interval=0.05, timeout=1)
+    assert job.discover_defaults and job.title.startswith("looking for")
+    events, _ = run_job(job, lambda ev: len(readings(ev)) >= 2)
+    notices = [e.text for e in events if isinstance(e, Notice)]
+    assert any(f"found llama-server at {s.url}" in n and "no ollama" in n for n in notices)
+    assert all(r.source == "llama-server" and r.status == "ok" for r in readings(events))
+
+
+def test_job_finding_nothing_shows_one_status_and_keeps_looking(monkeypatch):
+    nobody = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setattr("cliff_tui.attach.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
+    events, _ = run_job(AttachJob.from_args(None, None, 0.05, 1), lambda ev: len(readings(ev)) >= 1)
+    (reading,) = readings(events)[:1]
+    assert reading.status == "unreachable" and "looking again in" in reading.message
+    assert any(isinstance(e, Notice) and e.level == "warning" for e in events)
+
+
+# --- --once --json ----------------------------------------------------------------------------------
+
+
+def once(job: AttachJob, pid: int | None = None) -> tuple[dict, bool]:
+    record, ok = attach_once(job, Sampler(pid=pid), sleep=lambda s: None)
+    json.dumps(record)  # plain JSON all the way down
+    return record, ok
+
+
+def test_once_measures_decode_between_two_readings(server):
+    s = server(llama, BUSY)
+    record, ok = once(AttachJob.from_args(s.url, None, 0.5, 2))
+    lr = record["llama_server"]
+    assert ok and record["ok"] and lr["status"] == "ok" and lr["reason"] is None
+    assert lr["decode_tok_s"] == pytest.approx(48.0) and lr["decode_basis"].startswith("server counters between the two readings")
+    assert lr["prompt_tok_s"] == pytest.approx(256.0) and "average" in lr["prompt_basis"]
+    assert lr["slots"][0] == {"id": 0, "n_ctx": 4096, "tokens_used": 1144, "processing": True,
+                              "context_used_pct": pytest.approx(27.93)}
+    assert "ram" in record and "swap" in record
+
+
+def test_once_mid_request_reports_the_live_rate(server):
+    s = server(llama, Route.file("llama_metrics_busy_1.txt"), DECODING)
+    record, ok = attach_once(AttachJob.from_args(s.url, None, 0.2, 2), Sampler())
+    lr = record["llama_server"]
+    assert ok and lr["decode_basis"].startswith("live: /slots n_decoded, 24 tokens in")
+    assert 24 / 2 < lr["decode_tok_s"] < 24 / 0.2 + 1
+
+
+def test_once_after_a_request_reports_the_server_average(server):
+    s = server(llama, Route.file("llama_metrics_done.txt"))
+    lr = once(AttachJob.from_args(s.url, None))[0]["llama_server"]
+    assert lr["decode_tok_s"] == pytest.approx(128 / 2.66667)
+    assert lr["decode_basis"].startswith("average since llama-server started")
+
+
+def test_once_on_a_fresh_server_gives_null_with_a_reason(server):
+    s = server(llama, Route.file("llama_metrics_idle.txt"))
+    record, ok = once(AttachJob.from_args(s.url, None))
+    lr = record["llama_server"]
+    assert ok
+    assert lr["decode_tok_s"] is None and lr["decode_reason"] == NOTHING_GENERATED
+    assert lr["prompt_tok_s"] is None and lr["prompt_reason"] == NOTHING_GENERATED
+
+
+def test_once_ollama_reports_models(server):
+    s = server(ollama, Route.file("ollama_ps.json"))
+    record, ok = once(AttachJob.from_args(None, s.url))
+    o = record["ollama"]
+    assert ok and "llama_server" not in record
+    assert o["models"] == [{"name": "qwen2.5:14b", "size_bytes": 11957419008, "size_vram_bytes": 8405385216,
+                            "context_length": 32768, "in_ram_bytes": 11957419008 - 8405385216}]
+    assert o["decode_tok_s"] is None and "no token counters" in o["decode_reason"]
+
+
+@pytest.mark.parametrize("route, status", [
+    (Route.file("llama_no_metrics.json", 501), "no-metrics"),
+    (Route.file("not_llama.html"), "not-llama"),
+    (Route.file("llama_loading.json", 503), "error"),
+])
+def test_once_reports_every_failure_in_a_field(server, route, status):
+    s = server(llama, route)
+    record, ok = once(AttachJob.from_args(s.url, None))
+    lr = record["llama_server"]
+    assert not ok and not record["ok"] and lr["status"] == status
+    assert lr["reason"] and lr["decode_tok_s"] is None and lr["decode_reason"]
+    assert status in record["reason"]
+
+
+def test_once_with_a_pid_and_no_server_is_fine(monkeypatch):
+    nobody = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setattr("cliff_tui.probes.endpoints.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
+    record, ok = once(AttachJob.from_args(None, None), pid=os.getpid())
+    assert ok and record["process"]["rss_bytes"] > 0 and "no llama-server" in record["discovery"]
+    record, ok = once(AttachJob.from_args(None, None))
+    assert not ok and "--llama-server URL" in record["discovery"]
+
+
+def test_endpoint_record_of_a_single_reading_keeps_the_status():
+    reading = SessionReading(1.0, "llama-server", "http://x", "unreachable", "nothing is listening")
+    rec = endpoint_record(reading)
+    assert rec["status"] == "unreachable" and rec["reason"] == "nothing is listening"
+    assert rec["decode_tok_s"] is None and rec["slots"] == []
+
+
+# --- the command line -------------------------------------------------------------------------------
+
+
+def test_cli_unreachable_exits_3_with_a_reason_and_no_traceback():
+    port = closed_port()
+    proc = run_cli("attach", "--llama-server", f"http://127.0.0.1:{port}", "--once", "--json")
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["ok"] is False and "connection refused" in record["reason"]
+    assert record["llama_server"]["status"] == "unreachable"
+
+
+def test_cli_port_9_exits_3():
+    proc = run_cli("attach", "--llama-server", "http://127.0.0.1:9", "--once", "--json")
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["llama_server"]["reason"]
+
+
+def test_cli_reads_a_fake_llama_server(server):
+    s = server(llama, BUSY)
+    proc = run_cli("attach", "--llama-server", s.url, "--once", "--json", "-i", "0.1")
+    assert proc.returncode == 0, proc.stderr
+    lr = json.loads(proc.stdout)["llama_server"]
+    assert lr["decode_tok_s"] == pytest.approx(48.0) and lr["slots"][0]["n_ctx"] == 4096
+
+
+def test_cli_bad_url_is_bad_input():
+    proc = run_cli("attach", "--llama-server", "ftp://nowhere", "--once")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "--llama-server" in proc.stderr
+
+
+ALLOCATE = "import sys, time; block = bytearray(96 * 1024 * 1024); print('ready', flush=True); time.sleep(60)"
+
+
+def test_cli_attaches_to_a_process_by_pid():
+    child = subprocess.Popen([sys.executable, "-c", ALLOCATE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        proc = run_cli("attach", "--pid", str(child.pid), "--once", "--json")
+        assert proc.returncode in (0, 3) and "Traceback" not in proc.stderr
+        record = json.loads(proc.stdout)
+        process = record["process"]
+        assert process["pid"] == child.pid and process["name"].startswith("python")
+        assert process["rss_bytes"] >= 96 * 1024 * 1024  # bytearray() zero-fills: every page touched
+        assert "discovery" in record
+        # With only --pid, finding no server on the default ports is not a failure.
+        if not any(record.get(k, {}).get("status") == "ok" for k in ("llama_server", "ollama")):
+            assert proc.returncode == 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+# --- a real llama-server ----------------------------------------------------------------------------
+
+
+def find_llama_server() -> str | None:
+    candidates = [os.environ.get("LLAMA_SERVER"), shutil.which("llama-server"),
+                  str(ROOT / ".tools" / "llama-server" / "bin" / "llama-server")]
+    return next((c for c in candidates if c and os.access(c, os.X_OK) and Path(c).is_file()), None)
+
+
+def post_json(url: str, body: dict, timeout: float = 120) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, limit: float = 120) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"llama-server exited with {proc.returncode}")
+        reply = ep.fetch(url + "/health", 1)
+        if reply.status == 200:
+            return
+        time.sleep(0.25)
+    pytest.fail("llama-server did not become healthy in time")
+
+
+@pytest.fixture(scope="module")
+def real_llama_server(tmp_path_factory):
+    binary = find_llama_server()
+    if binary is None:
+        pytest.skip("no llama-server binary: set LLAMA_SERVER, put one on PATH, or run "
+                    "scripts/build_llama_server.sh")
+    from cliff_tui.engine.default_model import default_model_path
+
+    try:
+        model = default_model_path()
+    except BadInput as exc:
+        pytest.skip(str(exc))
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+                                 "--metrics", "-c", "2048", "-np", "1", "-t", "2", "-ngl", "0"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.model
+def test_real_llama_server_after_one_chat_request(real_llama_server):
+    url = real_llama_server
+    reply = post_json(url + "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Name three colours of the rainbow."}],
+        "max_tokens": 32, "temperature": 0})
+    assert reply["usage"]["completion_tokens"] > 0
+    proc = run_cli("attach", "--llama-server", url, "--once", "--json")
+    assert proc.returncode == 0, proc.stderr
+    lr = json.loads(proc.stdout)["llama_server"]
+    print(f"\nreal llama-server: decode {lr['decode_tok_s']:.1f} tok/s ({lr['decode_basis']}), "
+          f"prompt {lr['prompt_tok_s']:.1f} tok/s, slots {lr['slots']}")
+    assert lr["status"] == "ok" and lr["decode_tok_s"] > 0
+    assert lr["slots"][0]["n_ctx"] == 2048
+    assert lr["slots"][0]["tokens_used"] >= reply["usage"]["completion_tokens"]
+
+
+@pytest.mark.model
+def test_real_llama_server_tok_s_moves_while_a_request_runs(real_llama_server):
+    url = real_llama_server
+    job = AttachJob.from_args(url, None, interval=0.25, timeout=2)
+    request = threading.Thread(target=post_json, args=(url + "/completion", {
+        "prompt": "Once upon a time", "n_predict": 200, "ignore_eos": True, "temperature": 0}), daemon=True)
+    pipeline = Pipeline()
+    events: list = []
+    cancel = threading.Event()
+    poller = threading.Thread(target=job.run, args=(events.append, cancel), daemon=True)
+    poller.start()
+    request.start()
+    request.join(120)
+    time.sleep(0.5)
+    cancel.set()
+    poller.join(5)
+    for event in events:
+        pipeline.feed(event)
+    rates = [v for v in pipeline.history.get("tok_s").values if v]
+    live = [e.tok_s for e in events if isinstance(e, DecodeWindow)]
+    busy = [r for r in readings(events) if (r.requests_processing or 0) > 0]
+    print(f"\nreal llama-server live: {len(readings(events))} readings, {len(busy)} while busy, "
+          f"live tok/s {[round(v, 1) for v in live]}, series {[round(v, 1) for v in rates]}")
+    assert busy, "no reading caught the request running"
+    assert len(live) >= 3, "the tok/s series should move while the request runs, not only after it"
+    assert rates and all(v > 0 for v in rates)
