@@ -173,3 +173,50 @@ async def test_replay_keys_move_the_time_cursor(tmp_path):
         assert player.playing
         await pilot.pause(0.5)
         assert "⏸" not in screen_text(app).splitlines()[0]
+
+
+async def test_r_records_to_a_timestamped_file_that_replays(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = CliffApp(mode="watch", sampler=Sampler(), interval=0.2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.pipeline.latest is not None)
+        await pilot.press("r")
+        assert app.recorder is not None and "REC" in screen_text(app)
+        await pilot.pause(1.2)
+        await pilot.press("r")
+        assert app.recorder is None
+    files = list(tmp_path.glob("cliff-*.jsonl"))
+    assert len(files) == 1
+    recording = open_recording(files[0])
+    assert sum(1 for e in recording.events if type(e).__name__ == "Sample") >= 4
+
+
+async def test_a_killed_watch_recording_replays(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.25",
+                             "--record", str(path)], stdout=subprocess.DEVNULL)
+    time.sleep(2.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    app = CliffApp(mode="replay", recording=open_recording(path), speed=16)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: not app.player.playing and app.player.position == app.player.t_end, 10)
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "System RAM" in text and "replay s.jsonl" in text
+        assert len(app.pipeline.history.get("ram.used")) >= 5
+
+
+async def test_no_color_keeps_every_state_readable(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = CliffApp(mode="run", preload=demo.gpu_cliff_run())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.3)
+        assert app.no_color
+        text = screen_text(app)
+        assert "✖ 1 spill" in text and "✖ 3 speed" in text  # marks, not only colours
+        assert "GPU0 VRAM" in text

@@ -70,6 +70,21 @@ def _scaled(ratios: Sequence[float], deepest: int) -> list[int]:
     return out
 
 
+def plan_depths(profile: PrefillProfile, budget_s: float, n_gen: int) -> tuple[list[int], str, bool]:
+    """The seed's depths if they fit the budget on this machine, else the same shape scaled
+    down; the note says which, with the estimates. Returns (depths, note, reduced)."""
+    default_time = estimate_seconds(profile, DEFAULT_DEPTHS, n_gen, chain=True)
+    if default_time <= budget_s:
+        return list(DEFAULT_DEPTHS), f"16k/32k/65k fit: about {fmt_duration(default_time)}", False
+    depths = fit_depths(profile, budget_s, n_gen)
+    chosen_time = estimate_seconds(profile, depths, n_gen, chain=True)
+    note = (f"16k/32k/65k would take about {fmt_duration(default_time)} here (prefill "
+            f"{profile.prefill_tok_s(0):.0f} tok/s at depth 0, {profile.prefill_tok_s(65_000):.0f} at 65k); "
+            f"using {', '.join(f'{d:,}' for d in depths)} (about {fmt_duration(chosen_time)}) — "
+            "--depths always wins")
+    return depths, note, True
+
+
 class TriangulateJob:
     follows_own_process = False
 
@@ -123,17 +138,9 @@ class TriangulateJob:
             raise BadInput(profile.message)
         if profile is None:
             raise BadInput("the calibration worker died: see the log (l) or run `cliff-tui run` to see why")
-        budget = self.budget_s / len(self.kv_types)
-        default_time = estimate_seconds(profile, DEFAULT_DEPTHS, self.base.n_gen, chain=True)
-        if default_time <= budget:
-            return list(DEFAULT_DEPTHS), f"16k/32k/65k fit: about {fmt_duration(default_time)}"
-        depths = fit_depths(profile, budget, self.base.n_gen)
-        chosen_time = estimate_seconds(profile, depths, self.base.n_gen, chain=True)
-        note = (f"16k/32k/65k would take about {fmt_duration(default_time)} here (prefill "
-                f"{profile.prefill_tok_s(0):.0f} tok/s at depth 0, {profile.prefill_tok_s(65_000):.0f} at 65k); "
-                f"using {', '.join(f'{d:,}' for d in depths)} (about {fmt_duration(chosen_time)}) — "
-                "--depths always wins")
-        publish(Notice(time.time(), note, "warn"))
+        depths, note, reduced = plan_depths(profile, self.budget_s / len(self.kv_types), self.base.n_gen)
+        if reduced:
+            publish(Notice(time.time(), note, "warn"))
         return depths, note
 
     def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Callable, cancel: threading.Event) -> None:

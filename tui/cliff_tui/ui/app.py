@@ -96,8 +96,7 @@ class CliffApp(App):
             self.player = Player(recording, speed=speed)
             self.pipeline = self.player.pipeline
         self.bus.subscribe(self._from_producers)
-        if recorder is not None:
-            self.bus.subscribe(recorder.write)
+        self._stop_recording = self.bus.subscribe(recorder.write) if recorder is not None else (lambda: None)
 
     # --- layout ---------------------------------------------------------------------------
 
@@ -191,7 +190,7 @@ class CliffApp(App):
     def _draw(self) -> None:
         p = self.pipeline
         player = self.player
-        version = (p.version, self.size.width, self.size.height, self.paused,
+        version = (p.version, self.size.width, self.size.height, self.paused, self.recorder is not None,
                    player and (player.cursor, player.playing, player.speed, round(player.position, 1)))
         if version == self._drawn:
             return
@@ -307,9 +306,11 @@ class CliffApp(App):
         from cliff_tui.recording.writer import Recorder, timestamped_name
 
         if self.recorder is not None:
+            self._stop_recording()
             self.recorder.close()
             self.notify(f"recording saved: {self.recorder.path}")
             self.recorder = None
+            self._draw()
             return
         try:
             self.recorder = Recorder.create(timestamped_name(), command=[self.mode], record_text=self.record_text)
@@ -317,8 +318,9 @@ class CliffApp(App):
             self.notify(str(exc), severity="error")
             return
         self.recorder.write_snapshot(self.pipeline)
-        self.bus.subscribe(self.recorder.write)
+        self._stop_recording = self.bus.subscribe(self.recorder.write)
         self.notify(f"recording to {self.recorder.path}")
+        self._draw()
 
     def action_play(self) -> None:
         if self.player is not None:

@@ -1,0 +1,102 @@
+"""A real triangulation on the tiny test GGUF: worker processes, chained state, the record,
+a failed allocation as a data point, KV types side by side, and replay parity."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cliff_tui.engine.worker import PrefillProfile
+from cliff_tui.recording.export import replay_all
+from cliff_tui.recording.reader import open_recording
+from cliff_tui.triangulate import DEFAULT_DEPTHS, estimate_seconds, plan_depths, triangulation_output
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cliff_tui", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def recorded(tiny_model, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tri") / "tri.jsonl"
+    proc = cli("triangulate", "-m", str(tiny_model), "--headless", "--depths", "256,512,1024", "--n-gen", "16",
+               "--target", "4096", "-o", "json", "--record", str(path))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), path
+
+
+def test_headless_json_has_the_slopes_theory_verdict_and_projection(recorded):
+    record, _ = recorded
+    assert [r["n_ctx"] for r in record["runs"]] == [512, 768, 1280]
+    assert record["slope_bytes_per_token"]["touched"] > 0
+    # the buffer log: KV (512 B/token for this model) plus a compute buffer that grows with n_ctx
+    assert record["slope_bytes_per_token"]["allocated"] >= 512
+    assert record["theory_bytes_per_token"] == 512
+    assert record["verdict"] in ("linear",) or record["verdict"].startswith("memory wall")
+    projection = record["projection"]
+    assert projection["target"] == 4096 and projection["max_context"] > 4096
+    assert projection["tier"].startswith("RAM")
+    assert "MiB +" in projection["formula"] and "KiB/tok" in projection["formula"]
+
+
+def test_points_are_chained_and_isolated(recorded):
+    record, _ = recorded
+    runs = record["runs"]
+    assert [r["started_from_depth"] for r in runs] == [0, 256, 512]
+    assert len({r["rss_baseline_bytes"] for r in runs}) == 3  # each its own worker process
+    assert runs[0]["rss_peak_bytes"] < runs[-1]["rss_peak_bytes"]
+
+
+def test_a_replayed_triangulation_gives_the_same_output(recorded):
+    record, path = recorded
+    replayed = json.loads(triangulation_output(replay_all(open_recording(path)), "json"))
+    for key in ("slope_bytes_per_token", "theory_bytes_per_token", "verdict", "projection", "checks"):
+        assert replayed[key] == record[key]
+
+
+def test_a_context_that_does_not_fit_is_a_data_point_and_the_others_go_on(tiny_model):
+    proc = cli("triangulate", "-m", str(tiny_model), "--headless", "--depths", "256,512,900000000000",
+               "--n-gen", "8", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert len(record["runs"]) == 2
+    assert record["failures"][0]["kind"] == "does_not_fit"
+    assert record["does_not_fit_at"] >= 900000000000
+    assert "does not fit" in record["verdict"]
+    assert record["projection"]["max_context"] < record["does_not_fit_at"]
+
+
+def test_compare_kv_types_side_by_side(tiny_model):
+    proc = cli("triangulate", "-m", str(tiny_model), "--headless", "--depths", "256,512,1024", "--n-gen", "8",
+               "--compare-kv", "f16,q8_0", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert [t["cache_types"] for t in record["kv_compare"]] == ["f16", "q8_0"]
+    ratio = record["kv_ratios"][0]
+    assert ratio["types"] == "q8_0 vs f16"
+    assert ratio["expected"] == pytest.approx(34 / 64)
+    assert ratio["measured_allocated"] < 1.0
+    md = cli("triangulate", "-m", str(tiny_model), "--headless", "--depths", "256,512", "--n-gen", "8",
+             "--compare-kv", "f16,q8_0", "-o", "md")
+    assert "q8_0 vs f16: measured" in md.stdout and "expected 0.53" in md.stdout
+
+
+def test_default_depths_shrink_to_the_budget_and_say_so():
+    cpu = PrefillProfile(p=1 / 150, q=1.9e-6, a=0.0118, b=4.2e-6, load_s=0.5)  # this machine's shape
+    assert estimate_seconds(cpu, DEFAULT_DEPTHS, 64, chain=True) > 3600
+    depths, note, reduced = plan_depths(cpu, 300, 64)
+    assert reduced and len(depths) == 3 and depths[0] * 4 == pytest.approx(depths[2], rel=0.1)
+    assert estimate_seconds(cpu, depths, 64, chain=True) <= 300
+    assert "16k/32k/65k would take about" in note and "--depths always wins" in note
+    assert estimate_seconds(cpu, depths, 64, chain=False) > estimate_seconds(cpu, depths, 64, chain=True)
+    gpu = PrefillProfile(p=1 / 8000, q=1e-9, a=0.01, b=1e-7, load_s=3)
+    assert plan_depths(gpu, 300, 64)[:1] == ([16_000, 32_000, 65_000],)
+
+
+def test_bad_depths_and_kv_types_exit_2(tiny_model):
+    for args in (["--depths", "abc"], ["--compare-kv", "f16,q9_9"], ["--depths", "0"]):
+        proc = cli("triangulate", "-m", str(tiny_model), "--headless", *args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
