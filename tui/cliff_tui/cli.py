@@ -7,6 +7,7 @@ be read (``attach --once``), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -165,46 +166,34 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    from cliff_tui.headless import Headless, watch_line
     from cliff_tui.probes.sampler import Sampler
     from cliff_tui.report import sample_record
 
     sampler = Sampler(pid=args.pid)
     if args.once:
         sample = sampler.sample()
-        if args.json:
-            print(json.dumps(sample_record(sample), indent=2))
-        else:
-            from cliff_tui.headless import watch_line
-            print(watch_line(sample))
+        print(json.dumps(sample_record(sample), indent=2) if args.json else watch_line(sample))
         return 0
-    if args.headless:
-        from cliff_tui.headless import Headless
-
-        with _recording(args) as recorder:
-            headless = Headless(sampler, args.interval)
-            if recorder:
-                headless.bus.subscribe(recorder.write)
-            headless.watch(sys.stdout, args.json)
-        return 0
-    return _tui(args, sampler, job=None)
+    if not args.headless:
+        return _tui(args, job=None, sampler=sampler)
+    headless = Headless(sampler, args.interval)
+    with _recording(args, headless):
+        headless.watch(sys.stdout, args.json)
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from cliff_tui.jobs import RunJob
+    from cliff_tui.report import RUN_COLUMNS, dumps, markdown_table, run_record, run_rows
 
-    settings = _run_settings(args, depth=args.depth)
-    job = RunJob(settings)
+    job = RunJob(_run_settings(args, depth=args.depth))
     if not args.headless:
-        return _tui(args, _sampler(own_process=True), job=job)
-    from cliff_tui.report import dumps, run_record, RUN_COLUMNS, run_rows
-
-    headless = _headless(args, own_process=True)
-    with _recording(args, headless) as _:
-        headless.run_job(job)
+        return _tui(args, job)
+    _run_headless(args, job)
     if job.result is None:
         return 130
     if args.output == "md":
-        from cliff_tui.report import markdown_table
         print(markdown_table(run_rows([job.result]), RUN_COLUMNS))
         print(f"\nverdict: {job.result.verdict.level} — {job.result.verdict.text}")
     else:
@@ -219,10 +208,8 @@ def cmd_triangulate(args: argparse.Namespace) -> int:
                          reserve=args.reserve, kv_types=_kv_types(args), budget_s=args.budget,
                          chain=not args.no_chain)
     if not args.headless:
-        return _tui(args, _sampler(own_process=False), job=job)
-    headless = _headless(args, own_process=False)
-    with _recording(args, headless) as _:
-        headless.run_job(job)
+        return _tui(args, job)
+    headless = _run_headless(args, job)
     if job.cancelled:
         return 130
     print(triangulation_output(headless.pipeline, args.output))
@@ -233,8 +220,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from cliff_tui.recording.reader import open_recording
     from cliff_tui.ui.app import CliffApp
 
-    recording = open_recording(args.file)
-    app = CliffApp(mode="replay", recording=recording, speed=args.speed)
+    app = CliffApp(mode="replay", recording=open_recording(args.file), speed=args.speed)
     app.run()
     return app.return_code or 0
 
@@ -250,12 +236,12 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from cliff_tui.attach import AttachJob, attach_once
 
     job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout)
-    sampler = _sampler(own_process=False, pid=args.pid)
+    sampler = _sampler_for(job, pid=args.pid)
     if args.once:
         record, ok = attach_once(job, sampler)
         print(json.dumps(record, indent=2))
         return 0 if ok else EXIT_UNREACHABLE
-    return _tui(args, sampler, job=job)
+    return _tui(args, job, sampler)
 
 
 # --- plumbing ---------------------------------------------------------------------------------
@@ -286,29 +272,19 @@ def _kv_types(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [(t, t) for t in types]
 
 
-def _sampler(own_process: bool, pid: int | None = None):
+def _sampler_for(job, pid: int | None = None):
+    """The dashboard follows ``--pid``, else this process when the job runs the model here."""
     from cliff_tui.probes.sampler import Sampler
 
-    return Sampler(pid=pid if pid is not None else (os.getpid() if own_process else None))
-
-
-def _headless(args: argparse.Namespace, own_process: bool):
-    from cliff_tui.headless import Headless
-
-    return Headless(_sampler(own_process), args.interval)
-
-
-class _NoRecording:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+    if pid is None and getattr(job, "follows_own_process", False):
+        pid = os.getpid()
+    return Sampler(pid=pid)
 
 
 def _recording(args: argparse.Namespace, headless=None):
+    """``--record FILE``: a recorder subscribed to the bus (closed on exit), or nothing."""
     if not getattr(args, "record", None):
-        return _NoRecording()
+        return contextlib.nullcontext()
     from cliff_tui.recording.writer import Recorder
 
     recorder = Recorder.create(args.record, command=sys.argv[1:], force=args.force, record_text=args.record_text)
@@ -317,16 +293,21 @@ def _recording(args: argparse.Namespace, headless=None):
     return recorder
 
 
-def _tui(args: argparse.Namespace, sampler, job) -> int:
+def _run_headless(args: argparse.Namespace, job):
+    from cliff_tui.headless import Headless
+
+    headless = Headless(_sampler_for(job), args.interval)
+    with _recording(args, headless):
+        headless.run_job(job)
+    return headless
+
+
+def _tui(args: argparse.Namespace, job, sampler=None) -> int:
     from cliff_tui.ui.app import CliffApp
 
-    recorder = None
-    if getattr(args, "record", None):
-        from cliff_tui.recording.writer import Recorder
-
-        recorder = Recorder.create(args.record, command=sys.argv[1:], force=args.force,
-                                   record_text=args.record_text)
-    app = CliffApp(mode=args.command, sampler=sampler, job=job, interval=args.interval, recorder=recorder,
+    recorder = _recording(args)
+    app = CliffApp(mode=args.command, sampler=sampler or _sampler_for(job), job=job, interval=args.interval,
+                   recorder=recorder if getattr(args, "record", None) else None,
                    record_text=getattr(args, "record_text", False))
     app.run()
     return app.return_code or 0

@@ -32,6 +32,7 @@ class Headless:
         self.stderr = stderr
         self.cancel = threading.Event()
         self._lock = threading.Lock()
+        self._last_prefill_print = 0.0
         self.bus.subscribe(self._feed)
 
     def _feed(self, event: object) -> None:
@@ -66,7 +67,7 @@ class Headless:
                 print(f"[{event.phase}] depth {event.depth:,}/{event.depth_target:,}", file=self.stderr)
         elif isinstance(event, RunProgress) and event.phase == "prefill":
             now = time.monotonic()
-            if now - getattr(self, "_last_prefill_print", 0) > 10:
+            if now - self._last_prefill_print > 10:
                 self._last_prefill_print = now
                 rate = f"{event.prefill_tok_s:.0f} tok/s" if event.prefill_tok_s else ""
                 print(f"[prefill] depth {event.depth:,}/{event.depth_target:,} {rate} "

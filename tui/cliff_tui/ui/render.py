@@ -173,7 +173,8 @@ def _tokens_panel(p: Pipeline, hint: str) -> Panel:
 
 
 def _level_style(level: str) -> Style:
-    return LEVEL_MARK.get(level, ("", DIM))[1] if level in ("amber", "red") else DIM
+    """Notes stay dim unless they carry a warning."""
+    return {"amber": AMBER, "red": RED}.get(level, DIM)
 
 
 def signs_line(signs: dict[int, SignState]) -> Text:
