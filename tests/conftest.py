@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,22 @@ for _var in ("NO_COLOR", "TEXTUAL_THEME", "FORCE_COLOR"):
     os.environ.pop(_var, None)
 
 DATA = Path(__file__).parent / "data"
+
+
+CHILD_BYTES = 50_000_000
+
+
+@pytest.fixture(scope="module")
+def child():
+    """A real Python child holding ≥ 50 MB resident (bytearray zero-fills, so its pages are touched)."""
+    code = f"import time; x = bytearray({CHILD_BYTES}); print('ready', flush=True); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(scope="session")

@@ -128,12 +128,17 @@ async def test_triangulate_fills_the_pane_as_runs_complete(tiny_model):
         assert "context (tokens)" in text  # the chart's axis
 
 
-async def test_target_key_changes_the_projection(tmp_path):
+@pytest.fixture
+def demo_recording(tmp_path):
     path = tmp_path / "demo.jsonl"
     with Recorder.create(path, command=["test"]) as recorder:
         for event in demo.gpu_cliff_run():
             recorder.write(event)
-    app = CliffApp(mode="replay", recording=open_recording(path), speed=16)
+    return open_recording(path)
+
+
+async def test_target_key_changes_the_projection(demo_recording):
+    app = CliffApp(mode="replay", recording=demo_recording, speed=16)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("t")
         await pilot.pause(0.2)
@@ -144,12 +149,8 @@ async def test_target_key_changes_the_projection(tmp_path):
         assert app.pipeline.target == 48_000
 
 
-async def test_replay_keys_move_the_time_cursor(tmp_path):
-    path = tmp_path / "demo.jsonl"
-    with Recorder.create(path, command=["test"]) as recorder:
-        for event in demo.gpu_cliff_run():
-            recorder.write(event)
-    app = CliffApp(mode="replay", recording=open_recording(path), speed=1)
+async def test_replay_keys_move_the_time_cursor(demo_recording):
+    app = CliffApp(mode="replay", recording=demo_recording, speed=1)
     async with app.run_test(size=(120, 36)) as pilot:
         player = app.player
         await pilot.press("space")  # pause

@@ -35,7 +35,7 @@ try:
 except ImportError:  # tests/ became a package
     from tests.fakes.nvml import GiB, MiB, FakeGpu, FakeNvml, FakeProcess
 
-CHILD_BYTES = 50_000_000
+from conftest import CHILD_BYTES  # the `child` fixture holds this much
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -76,17 +76,6 @@ def only(probe: NvidiaProbe) -> GpuReading:
     return gpus[0]
 
 
-@pytest.fixture(scope="module")
-def child():
-    """A real Python child holding ≥ 50 MB resident (bytearray zero-fills, so its pages are touched)."""
-    code = f"import time; x = bytearray({CHILD_BYTES}); print('ready', flush=True); time.sleep(30)"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 # --- psutil (real) ----------------------------------------------------------------------------

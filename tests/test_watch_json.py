@@ -17,7 +17,7 @@ import pytest
 
 from cliff_tui.probes.amd import find_amd_cards
 
-CHILD_BYTES = 50_000_000
+from conftest import CHILD_BYTES  # the `child` fixture holds this much
 
 
 def _has_gpu() -> bool:
@@ -50,16 +50,6 @@ def _free_pid() -> int:
     pytest.skip("could not find an unused PID")
 
 
-@pytest.fixture(scope="module")
-def child():
-    code = f"import time; x = bytearray({CHILD_BYTES}); print('ready', flush=True); time.sleep(30)"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def check_sample(record: dict) -> None:
