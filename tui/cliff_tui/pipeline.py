@@ -92,7 +92,7 @@ class Pipeline:
         self.session_rates: SessionRates | None = None
         self.sessions: dict[tuple[str, str], SessionReading] = {}
         self._session_meters: dict[tuple[str, str], SessionRateMeter] = {}
-        self._session_points: list[DecodePoint] = []
+        self._session_points: deque[DecodePoint] = deque(maxlen=2000)
         self._baselines = SpillBaselines()
         self._throttle: set[str] = set()
         self.signs: dict[int, SignState] = {1: SignState(1, "na", "…", "waiting for a sample"),
@@ -243,7 +243,7 @@ class Pipeline:
             points = self._session_points
             baseline = 1000.0 / points[0].ms_per_token
             latest = points[-1]
-            return classify_speed(baseline, 1000.0 / latest.ms_per_token, latest.depth, points[:-1] + [latest],
+            return classify_speed(baseline, 1000.0 / latest.ms_per_token, latest.depth, list(points),
                                   self._throttle)
         return None
 

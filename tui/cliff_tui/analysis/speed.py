@@ -48,9 +48,27 @@ def robust_line(xs: Sequence[float], ys: Sequence[float]) -> LineFit | None:
     return LineFit(intercept=statistics.median(y - slope * x for x, y in zip(xs, ys)), slope=slope)
 
 
+MAX_FIT_POINTS = 40  # Theil–Sen is quadratic: a long attach session is binned by depth first
+
+
+def binned(points: Sequence[DecodePoint], most: int = MAX_FIT_POINTS) -> list[DecodePoint]:
+    """At most ``most`` points: consecutive points (by depth) merged into their median."""
+    ordered = sorted(points, key=lambda p: p.depth)
+    if len(ordered) <= most:
+        return ordered
+    size = -(-len(ordered) // most)
+    out = []
+    for i in range(0, len(ordered), size):
+        chunk = ordered[i:i + size]
+        out.append(DecodePoint(int(statistics.median(p.depth for p in chunk)),
+                               statistics.median(p.ms_per_token for p in chunk),
+                               sum(p.n_tokens for p in chunk), chunk[0].phase))
+    return out
+
+
 def fit_decline(points: Sequence[DecodePoint]) -> LineFit | None:
     """The expected decline from the shallower half of the points (never a negative slope)."""
-    ref = reference_points(points)
+    ref = binned(reference_points(points))
     fit = robust_line([p.depth for p in ref], [p.ms_per_token for p in ref])
     if fit is None:
         return None
@@ -108,7 +126,7 @@ def classify_speed(
 
 def noise_pct(points: Sequence[DecodePoint], fit: LineFit) -> float:
     """How far the shallow points scatter around their own trend, in % (a robust sigma)."""
-    ref = reference_points(points)
+    ref = binned(reference_points(points))
     rel = [abs(p.ms_per_token - fit.at(p.depth)) / fit.at(p.depth) for p in ref if fit.at(p.depth) > 0]
     if len(rel) < 3:
         return 0.0
