@@ -73,6 +73,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("-b", "--batch-size", type=int, default=2048, metavar="N")
     g.add_argument("-ub", "--ubatch-size", type=int, default=512, metavar="N")
     g.add_argument("--prompt-file", metavar="FILE", help="prefill from this document instead of built-in text")
+    g.add_argument("--swa-full", action="store_true",
+                   help="full-size sliding-window caches (llama.cpp's --swa-full; off, as in llama-server)")
 
 
 def _add_output_flags(p: argparse.ArgumentParser) -> None:
@@ -220,7 +222,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from cliff_tui.recording.reader import open_recording
     from cliff_tui.ui.app import CliffApp
 
-    app = CliffApp(mode="replay", recording=open_recording(args.file), speed=args.speed)
+    app = CliffApp(mode="replay", recording=open_recording(args.file, lazy=True), speed=args.speed)
     app.run()
     return app.return_code or 0
 
@@ -256,7 +258,7 @@ def _run_settings(args: argparse.Namespace, depth: int):
         model_path=os.path.abspath(model), depth=depth, n_gen=args.n_gen, n_ctx=args.ctx_size,
         n_gpu_layers=args.n_gpu_layers, cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
         flash_attn=args.flash_attn, threads=args.threads, batch_size=args.batch_size,
-        ubatch_size=args.ubatch_size, prompt_file=args.prompt_file,
+        ubatch_size=args.ubatch_size, prompt_file=args.prompt_file, swa_full=args.swa_full,
     )
 
 

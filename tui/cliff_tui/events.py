@@ -121,6 +121,7 @@ class RunSettings:
     batch_size: int = 2048
     ubatch_size: int = 512
     prompt_file: str | None = None
+    swa_full: bool = False
 
     @property
     def cache_label(self) -> str:

@@ -11,15 +11,17 @@ DEFAULT_CAPACITY = 3600  # 15 minutes at 4 Hz
 class Series:
     """A ring buffer of (t, value) points; ``None`` values are kept as gaps."""
 
-    __slots__ = ("times", "values")
+    __slots__ = ("times", "values", "appended")
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.times: deque[float] = deque(maxlen=capacity)
         self.values: deque[float | None] = deque(maxlen=capacity)
+        self.appended = 0  # ever, not just kept: tells a redraw whether anything new arrived
 
     def append(self, t: float, value: float | None) -> None:
         self.times.append(t)
         self.values.append(value)
+        self.appended += 1
 
     def __len__(self) -> int:
         return len(self.values)

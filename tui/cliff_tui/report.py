@@ -77,7 +77,8 @@ def triangulation_record(tri: Triangulation, results: Sequence[RunResult], failu
         "allocated_per_device_bytes_per_token": tri.allocated_per_device,
         "intercept_bytes": {"allocated": tri.allocated.intercept_bytes, "touched": tri.touched.intercept_bytes},
         "theory_bytes_per_token": tri.theory_bytes_per_token,
-        "theory_notes": known_differences(model, flash_on) if model else [],
+        "theory_notes": known_differences(model, flash_on, bool(results and results[0].settings.swa_full))
+        if model else [],
         "checks": [{"n_ctx": c.n_ctx, "predicted_bytes": c.predicted_bytes, "actual_bytes": c.actual_bytes,
                     "miss_bytes": c.miss_bytes, "tolerance_bytes": c.tolerance_bytes, "error_pct": c.error_pct,
                     "on_line": c.on_line} for c in tri.checks],

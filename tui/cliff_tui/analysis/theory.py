@@ -45,10 +45,10 @@ def expected_ratio(type_k: str, type_v: str, ref_k: str = "f16", ref_v: str = "f
     return num / den
 
 
-def known_differences(model: ModelInfo, flash_attn_on: bool | None) -> list[str]:
+def known_differences(model: ModelInfo, flash_attn_on: bool | None, swa_full: bool = False) -> list[str]:
     notes = []
     arch = (model.architecture or "").lower()
-    if model.sliding_window:
+    if model.sliding_window and not swa_full:
         notes.append(f"sliding-window layers keep only {model.sliding_window} tokens: "
                      "the textbook figure overstates their share")
     if arch.startswith("deepseek") or "mla" in arch:

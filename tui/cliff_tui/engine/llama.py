@@ -114,6 +114,9 @@ class Context:
         params.type_v = GGML_TYPES[settings.cache_type_v]
         params.flash_attn_type = FLASH_ATTN[settings.flash_attn]
         params.no_perf = False
+        # The C API defaults to full-size sliding-window caches; llama-server and llama-cli do
+        # not (--swa-full is opt-in there), and this measures what a user's server would use.
+        params.swa_full = settings.swa_full
         self.n_batch = params.n_batch
         self.n_ubatch = params.n_ubatch
         self.ptr = L.llama_init_from_model(model.ptr, params)

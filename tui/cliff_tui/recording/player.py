@@ -3,6 +3,7 @@ step and seek. The detectors recompute the signs from the recorded samples."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,7 @@ SPEEDS = (1, 4, 16)
 class Player:
     def __init__(self, recording: Recording, speed: int = 1) -> None:
         self.recording = recording
-        # Alerts are recomputed by the pipeline, not replayed.
-        self.events = [e for e in recording.events if not isinstance(e, Alert)]
-        times = [e.t for e in self.events]
+        times = [t for t in recording.times if not math.isnan(t)]
         self.t_start = min(times) if times else 0.0
         self.t_end = max(times) if times else 0.0
         self.speed = speed if speed in SPEEDS else 1
@@ -32,9 +31,9 @@ class Player:
     # --- the clock ------------------------------------------------------------------------
 
     def start(self, now: float) -> list[Any]:
-        """Play from the start, with the first sample already shown."""
+        """Play from the start; returns the events up to the first sample, to show at once."""
         self.playing, self._wall = True, now
-        return []
+        return self.step(pause=False)
 
     def advance(self, now: float) -> list[Any]:
         if self.playing and self._wall is not None:
@@ -53,13 +52,14 @@ class Player:
         self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)]
         self._wall = now
 
-    def step(self) -> list[Any]:
-        """Pause and move to the next sample."""
-        self.playing = False
+    def step(self, pause: bool = True) -> list[Any]:
+        """Move to the next sample (pausing, unless told not to)."""
+        self.playing = self.playing and not pause
         out = []
-        while self.cursor < len(self.events):
-            event = self.events[self.cursor]
-            self.cursor += 1
+        while self.cursor < len(self.recording):
+            event = self._next()
+            if event is None:
+                continue
             out.append(event)
             self.position = max(self.position, event.t)
             if isinstance(event, Sample):
@@ -82,10 +82,19 @@ class Player:
         self.seek_to(self.t_start + fraction * (self.t_end - self.t_start), now)
 
     def _take_until(self, t: float) -> list[Any]:
-        start = self.cursor
-        while self.cursor < len(self.events) and self.events[self.cursor].t <= t:
-            self.cursor += 1
-        return self.events[start:self.cursor]
+        out = []
+        times = self.recording.times
+        while self.cursor < len(times) and not times[self.cursor] > t:  # NaN: a corrupt line, skipped
+            event = self._next()
+            if event is not None:
+                out.append(event)
+        return out
+
+    def _next(self) -> Any | None:
+        """The event at the cursor, moving past it; alerts are recomputed, so not replayed."""
+        event = self.recording.event(self.cursor)
+        self.cursor += 1
+        return None if isinstance(event, Alert) else event
 
     # --- words ----------------------------------------------------------------------------
 

@@ -1,10 +1,16 @@
 """Read a recording back: clean one-line errors for files that are not recordings, and the
-readable part of a damaged one (corrupt lines skipped and counted, a cut last line tolerated)."""
+readable part of a damaged one (corrupt lines skipped and counted, a cut last line tolerated).
+
+Lines are decoded on demand: an hour at 4 Hz is ~15k lines and ~20 MiB, and decoding them all
+takes seconds, while the first replayed frame needs a handful. Every event line starts with its
+timestamp (``{"t":…``), so the time index is read from the line prefixes alone.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +18,40 @@ from cliff_tui.codec import DecodeError, event_from_plain
 from cliff_tui.engine.errors import BadInput
 from cliff_tui.recording.schema import FORMAT, SCHEMA_VERSION
 
+_T_PREFIX = re.compile(rb'\{"t":\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)[,}]')
+_UNDECODED = object()
 
-@dataclass
+
 class Recording:
-    path: str
-    header: dict[str, Any]
-    events: list[Any]
-    skipped: list[str] = field(default_factory=list)
-    truncated_tail: bool = False
+    def __init__(self, path: str, header: dict[str, Any], lines: list[tuple[int, bytes]], ends_cleanly: bool) -> None:
+        self.path = path
+        self.header = header
+        self._numbers = [number for number, _ in lines]  # file line numbers, for messages
+        self._lines = [line for _, line in lines]
+        self._ends_cleanly = ends_cleanly
+        self._cache: list[Any] = [_UNDECODED] * len(lines)
+        self.skipped: list[str] = []
+        self.truncated_tail = False
+        self.times = [self._time_of(i) for i in range(len(lines))]
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def event(self, i: int) -> Any | None:
+        """The event on line ``i`` (decoded once), or None for a corrupt line (counted)."""
+        cached = self._cache[i]
+        if cached is _UNDECODED:
+            cached = self._cache[i] = self._decode(i)
+        return cached
+
+    @property
+    def events(self) -> list[Any]:
+        """Every readable event, in file order (decodes the whole file)."""
+        return [e for e in (self.event(i) for i in range(len(self))) if e is not None]
 
     @property
     def problems(self) -> str:
-        """One line on what was not readable, or ''."""
+        """One line on what was not readable so far, or ''."""
         parts = []
         if self.truncated_tail:
             parts.append("the last line was cut off (the recorder was stopped mid-write)")
@@ -31,8 +59,27 @@ class Recording:
             parts.append(f"{len(self.skipped)} corrupt line(s) skipped, first: {self.skipped[0]}")
         return "; ".join(parts)
 
+    def _time_of(self, i: int) -> float:
+        match = _T_PREFIX.match(self._lines[i])
+        if match:
+            return float(match.group(1))
+        event = self.event(i)  # no timestamp prefix: decode now (a corrupt line, most likely)
+        return event.t if event is not None else math.nan
 
-def open_recording(path: str | Path) -> Recording:
+    def _decode(self, i: int) -> Any | None:
+        try:
+            return event_from_plain(json.loads(self._lines[i]))
+        except (ValueError, DecodeError, TypeError, RecursionError) as exc:
+            if i == len(self._lines) - 1 and not self._ends_cleanly:
+                self.truncated_tail = True
+            else:
+                self.skipped.append(f"line {self._numbers[i]}: {_why(exc)}")
+            return None
+
+
+def open_recording(path: str | Path, *, lazy: bool = False) -> Recording:
+    """Open and check a recording. ``lazy``: decode lines as they are needed (replay);
+    otherwise decode everything now (export, tests), so ``problems`` is complete."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -42,27 +89,20 @@ def open_recording(path: str | Path) -> Recording:
         raise BadInput(f"{p} is a directory, not a recording") from None
     except OSError as exc:
         raise BadInput(f"cannot read {p}: {exc.strerror or exc}") from None
-    return parse_recording(data, str(p))
+    return parse_recording(data, str(p), lazy=lazy)
 
 
-def parse_recording(data: bytes, name: str = "recording") -> Recording:
+def parse_recording(data: bytes, name: str = "recording", *, lazy: bool = False) -> Recording:
     if not data.strip():
         raise BadInput(f"{name} is empty: not a cliff-tui recording (nothing was recorded)")
-    lines = data.split(b"\n")
-    header = _header(lines[0], name)
-    ends_cleanly = data.endswith(b"\n")
-    recording = Recording(name, header, [])
-    last = len(lines) - 1
-    for number, raw in enumerate(lines[1:], start=2):
-        if not raw.strip():
-            continue
-        try:
-            recording.events.append(event_from_plain(json.loads(raw)))
-        except (ValueError, DecodeError, TypeError, RecursionError) as exc:
-            if number - 1 == last and not ends_cleanly:
-                recording.truncated_tail = True
-            else:
-                recording.skipped.append(f"line {number}: {_why(exc)}")
+    first, _, rest = data.partition(b"\n")
+    header = _header(first, name)
+    lines = [(number, line) for number, line in enumerate(rest.split(b"\n"), start=2) if line.strip()]
+    recording = Recording(name, header, lines, ends_cleanly=data.endswith(b"\n"))
+    if lines:
+        recording.event(len(lines) - 1)  # a cut last line is reported from the start
+    if not lazy:
+        recording.events  # noqa: B018 - decode everything now
     return recording
 
 

@@ -40,12 +40,17 @@ class EventPosted(Message):
 
 
 class PanelView(Static):
-    """A Static that repaints only when its content key changes (few bytes per frame)."""
+    """A Static that repaints only when its content key changes (few bytes per frame), and asks
+    for a new layout only when its height changes (a relayout costs the whole screen)."""
 
-    def show(self, key: object, renderable: Any) -> None:
-        if getattr(self, "_key", None) != key:
+    _key: object = None
+    _lines: int | None = None
+
+    def show(self, key: object, renderable: Any, lines: int | None = None) -> None:
+        if self._key != key:
             self._key = key
-            self.update(renderable)
+            self.update(renderable, layout=lines is None or lines != self._lines)
+            self._lines = lines
 
 
 class CliffApp(App):
@@ -121,7 +126,8 @@ class CliffApp(App):
                 self.job.on_worker = self.sampler.set_pid
             self._run_job()
         if self.player is not None:
-            self.player.start(time.monotonic())
+            for event in self.player.start(time.monotonic()):
+                self._feed(event)
         self.set_interval(min(self.interval, 0.25), self._tick)
         self._layout_for(self.size.width)
         self._draw()
@@ -133,11 +139,12 @@ class CliffApp(App):
         projection = self.query_one("#projection")
         dash = self.query_one("#dash")
         if not self._has_projection():
-            projection.display, dash.display = False, True
+            _set_display(projection, False)
+            _set_display(dash, True)
             return
         wide = width >= WIDE
-        dash.display = wide or self.narrow_view == "dash"
-        projection.display = wide or self.narrow_view == "projection"
+        _set_display(dash, wide or self.narrow_view == "dash")
+        _set_display(projection, wide or self.narrow_view == "projection")
         projection.set_class(not wide, "full")
 
     def _has_projection(self) -> bool:
@@ -179,6 +186,8 @@ class CliffApp(App):
                                        f"internal error: {type(error).__name__}: {error} (please report it)"))
 
     def _tick(self) -> None:
+        """Draw what changed since the last tick (a burst of events is one frame); in a replay,
+        also move the replay clock."""
         if self.player is not None:
             for event in self.player.advance(time.monotonic()):
                 self._feed(event)
@@ -195,11 +204,13 @@ class CliffApp(App):
         if version == self._drawn:
             return
         self._drawn = version
-        self.query_one("#title", PanelView).show(self._title(), self._title())
-        self.query_one("#signs", PanelView).show(p.version, render.signs_line(p.signs))
+        title = self._title()
+        self.query_one("#title", PanelView).show(title, title, 1)
+        signs = tuple((n, state.level, state.headline) for n, state in sorted(p.signs.items()))
+        self.query_one("#signs", PanelView).show(signs, render.signs_line(p.signs), 1)
         self._draw_panels()
         progress = self._progress_text()
-        self.query_one("#progress", PanelView).show(progress.plain, progress)
+        self.query_one("#progress", PanelView).show(progress.plain, progress, 1)
         self._draw_error()
         if self._has_projection():
             self._layout_for(self.size.width)
@@ -221,7 +232,7 @@ class CliffApp(App):
             if isinstance(item, str):
                 view.show(item, render.Text(item, style="yellow"))
             else:
-                view.show((self.pipeline.version, view.size.width), item.renderable())
+                view.show((item.content_key, view.size.width), item.renderable(), item.lines)
 
     async def _rebuild_panels(self, ids: list[str]) -> None:
         """The set of tiers changed (a GPU appeared, a --pid process…): remount, then draw."""
@@ -243,11 +254,10 @@ class CliffApp(App):
     def _draw_error(self) -> None:
         error = self.query_one("#error", PanelView)
         failure = self.pipeline.last_failure
-        if failure is None or failure.kind == "does_not_fit" and self.mode == "triangulate":
-            error.display = False
-            return
-        error.display = True
-        error.show(failure, render.Text(f"✖ {failure.message}", style="bold red"))
+        shown = failure is not None and not (failure.kind == "does_not_fit" and self.mode == "triangulate")
+        _set_display(error, shown)
+        if shown:
+            error.show(failure, render.Text(f"✖ {failure.message}", style="bold red"))
 
     def _title(self) -> str:
         parts = ["cliff-tui", self.mode]
@@ -356,3 +366,9 @@ class CliffApp(App):
             self._sampler_thread.stop()
         if self.recorder is not None:
             self.recorder.close()
+
+
+def _set_display(widget: Any, shown: bool) -> None:
+    """Setting ``display`` asks for a new layout of the whole screen, even to the same value."""
+    if widget.display != shown:
+        widget.display = shown

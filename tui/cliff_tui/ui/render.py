@@ -40,6 +40,16 @@ class Panel:
     spark: FixedSpark | None
     note: str = ""
     note_style: Style = DIM
+    version: int = 0  # how many points its series has ever had
+
+    @property
+    def content_key(self) -> tuple:
+        """Equal keys draw equal panels: the app repaints a panel only when its key changes."""
+        return (self.title, self.value, self.note, str(self.note_style), self.version)
+
+    @property
+    def lines(self) -> int:
+        return 1 + (self.spark is not None) + bool(self.note)
 
     def renderable(self) -> RenderableType:
         head = Text.assemble((self.title, "bold"), "  ", self.value, overflow="ellipsis", no_wrap=True)
@@ -78,6 +88,10 @@ def _spark(p: Pipeline, name: str, hi: float | None, width: int = 512) -> FixedS
     return FixedSpark(p.history.get(name).tail(width), 0, hi or 1, fill_style, DIM)
 
 
+def _version(p: Pipeline, name: str) -> int:
+    return p.history.get(name).appended
+
+
 def _vram_panel(p: Pipeline, g: GpuReading) -> Panel:
     used, total = g.vram_used_bytes, g.vram_total_bytes
     value = f"{fmt_bytes(used)} / {fmt_bytes(total)}"
@@ -100,7 +114,7 @@ def _vram_panel(p: Pipeline, g: GpuReading) -> Panel:
     if used is None:
         note, style = g.reasons.get("vram_used_bytes", "n/a"), AMBER
     return Panel(f"gpu{g.index}", f"GPU{g.index} VRAM", f"{value}  · {g.name}", _spark(p, f"gpu{g.index}.vram", total),
-                 note, style)
+                 note, style, _version(p, f"gpu{g.index}.vram"))
 
 
 def _shared_panel(p: Pipeline, s: Sample) -> Panel:
@@ -114,7 +128,8 @@ def _shared_panel(p: Pipeline, s: Sample) -> Panel:
     value = f"{fmt_bytes(g.shared_used_bytes)}" + (f" / {fmt_bytes(g.shared_total_bytes)}" if g.shared_total_bytes else "")
     sign = p.signs.get(1)
     note, style = (sign.detail, _level_style(sign.level)) if sign else ("", DIM)
-    return Panel("shared", f"Shared VRAM (GPU{g.index})", value, _spark(p, f"gpu{g.index}.shared", hi), note, style)
+    return Panel("shared", f"Shared VRAM (GPU{g.index})", value, _spark(p, f"gpu{g.index}.shared", hi), note, style,
+                 _version(p, f"gpu{g.index}.shared"))
 
 
 def _ram_panel(p: Pipeline, s: Sample) -> Panel:
@@ -123,7 +138,8 @@ def _ram_panel(p: Pipeline, s: Sample) -> Panel:
             f"  · available {fmt_bytes(r.available_bytes)}"
     sign = p.signs.get(2)
     note, style = (f"{sign.headline} — {sign.detail}", _level_style(sign.level)) if sign else ("", DIM)
-    return Panel("ram", "System RAM", value, _spark(p, "ram.used", r.total_bytes), note, style)
+    return Panel("ram", "System RAM", value, _spark(p, "ram.used", r.total_bytes), note, style,
+                 _version(p, "ram.used"))
 
 
 def _swap_panel(p: Pipeline, s: Sample) -> Panel:
@@ -135,7 +151,7 @@ def _swap_panel(p: Pipeline, s: Sample) -> Panel:
     note, style = "", DIM
     if not s.gpus and (sign := p.signs.get(1)) is not None:
         note, style = sign.detail, _level_style(sign.level)
-    return Panel("swap", "Swap", value, _spark(p, "swap.used", sw.total_bytes), note, style)
+    return Panel("swap", "Swap", value, _spark(p, "swap.used", sw.total_bytes), note, style, _version(p, "swap.used"))
 
 
 def _process_panel(p: Pipeline, s: Sample) -> Panel:
@@ -148,7 +164,7 @@ def _process_panel(p: Pipeline, s: Sample) -> Panel:
     if proc.gpu_used_bytes is not None:
         value += f"  · GPU {fmt_bytes(proc.gpu_used_bytes)}"
     return Panel("proc", f"PID {proc.pid} {proc.name or ''}".strip(), value,
-                 _spark(p, "process.rss", s.ram.total_bytes))
+                 _spark(p, "process.rss", s.ram.total_bytes), version=_version(p, "process.rss"))
 
 
 def _tokens_panel(p: Pipeline, hint: str) -> Panel:
@@ -169,7 +185,7 @@ def _tokens_panel(p: Pipeline, hint: str) -> Panel:
             value += f" ({-verdict.raw_drop_pct:+.0f}% raw)"
     sign = p.signs.get(3)
     note = sign.detail if sign and verdict else "measuring…"
-    return Panel("tok", "Tokens/s", value, spark, note, _level_style(sign.level) if sign else DIM)
+    return Panel("tok", "Tokens/s", value, spark, note, _level_style(sign.level) if sign else DIM, series.appended)
 
 
 def _level_style(level: str) -> Style:
