@@ -11,7 +11,7 @@ import math
 import types
 import typing
 from functools import lru_cache
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from cliff_tui.events import EVENT_NAMES, EVENT_TYPES
 
@@ -45,91 +45,163 @@ def event_from_plain(plain: Any) -> Any:
     cls = EVENT_TYPES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise DecodeError(f"unknown event type {name!r}")
-    body = {k: v for k, v in plain.items() if k != "type"}
-    return from_plain(cls, body)
+    return from_plain(cls, plain)
+
+
+def from_plain(tp: Any, value: Any) -> Any:
+    """Build a value of type ``tp`` from ``value`` or raise :class:`DecodeError`."""
+    try:
+        return _decoder(tp)(value)
+    except _Bad as bad:
+        raise DecodeError(bad.message()) from None
+
+
+class _Bad(Exception):
+    """A decoding failure on its way up: each dataclass level adds its field name."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path: list[str] = []
+
+    def message(self) -> str:
+        where = ".".join(reversed(self.path)).replace(".[", "[")
+        return f"{where} {self.problem}" if where else f"value {self.problem}"
+
+
+Decoder = Callable[[Any], Any]
 
 
 @lru_cache(maxsize=None)
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def from_plain(tp: Any, value: Any, where: str = "") -> Any:
-    """Build a value of type ``tp`` from ``value`` or raise :class:`DecodeError`."""
+def _decoder(tp: Any) -> Decoder:
+    """One decoder per type, built once (a recording holds thousands of samples)."""
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
-        return _from_union(typing.get_args(tp), value, where)
+        return _union_decoder(typing.get_args(tp))
     if dataclasses.is_dataclass(tp):
-        return _from_dataclass(tp, value, where)
+        return _dataclass_decoder(tp)
     if origin is tuple:
-        return _from_tuple(typing.get_args(tp), value, where)
+        return _tuple_decoder(typing.get_args(tp))
     if origin is dict:
-        return _from_dict(typing.get_args(tp)[1], value, where)
+        return _dict_decoder(typing.get_args(tp)[1])
     if tp is Any:
-        return value
-    return _from_scalar(tp, value, where)
+        return lambda value: value
+    return _SCALARS[tp]
 
 
-def _from_union(args: tuple, value: Any, where: str) -> Any:
-    if value is None:
-        if type(None) in args:
-            return None
-        raise DecodeError(f"{where or 'value'} must not be null")
-    errors = []
-    for arg in args:
-        if arg is type(None):
-            continue
-        try:
-            return from_plain(arg, value, where)
-        except DecodeError as exc:
-            errors.append(str(exc))
-    raise DecodeError(errors[0] if errors else f"{where}: bad value")
+def _union_decoder(args: tuple) -> Decoder:
+    nullable = type(None) in args
+    decoders = [_decoder(a) for a in args if a is not type(None)]
+
+    def decode(value: Any) -> Any:
+        if value is None:
+            if nullable:
+                return None
+            raise _Bad("must not be null")
+        first: _Bad | None = None
+        for decoder in decoders:
+            try:
+                return decoder(value)
+            except _Bad as bad:
+                first = first or bad
+        raise first or _Bad("has a bad value")
+
+    return decode
 
 
-def _from_dataclass(cls: type, value: Any, where: str) -> Any:
-    if not isinstance(value, dict):
-        raise DecodeError(f"{where or cls.__name__} must be an object")
-    hints = _hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in value:
-            kwargs[f.name] = from_plain(hints[f.name], value[f.name], f"{where}.{f.name}".lstrip("."))
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise DecodeError(f"{where or cls.__name__} lacks field {f.name!r}")
-    return cls(**kwargs)
+def _dataclass_decoder(cls: type) -> Decoder:
+    hints = typing.get_type_hints(cls)
+    fields = [(f.name, _decoder(hints[f.name]),
+               f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+              for f in dataclasses.fields(cls)]
+
+    def decode(value: Any) -> Any:
+        if type(value) is not dict:
+            raise _Bad("must be an object")
+        kwargs = {}
+        for name, field_decoder, required in fields:
+            if name in value:
+                try:
+                    kwargs[name] = field_decoder(value[name])
+                except _Bad as bad:
+                    bad.path.append(name)
+                    raise
+            elif required:
+                raise _Bad(f"lacks field {name!r}")
+        return cls(**kwargs)  # keys that are not fields (the event's "type") are ignored
+
+    return decode
 
 
-def _from_tuple(args: tuple, value: Any, where: str) -> tuple:
-    if not isinstance(value, list):
-        raise DecodeError(f"{where} must be a list")
+def _tuple_decoder(args: tuple) -> Decoder:
     if len(args) == 2 and args[1] is Ellipsis:
-        return tuple(from_plain(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-    if len(args) != len(value):
-        raise DecodeError(f"{where} must have {len(args)} items")
-    return tuple(from_plain(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        item = _decoder(args[0])
+
+        def decode_all(value: Any) -> tuple:
+            if type(value) is not list:
+                raise _Bad("must be a list")
+            out = []
+            for i, v in enumerate(value):
+                try:
+                    out.append(item(v))
+                except _Bad as bad:
+                    bad.path.append(f"[{i}]")
+                    raise
+            return tuple(out)
+
+        return decode_all
+    items = [_decoder(a) for a in args]
+
+    def decode_fixed(value: Any) -> tuple:
+        if type(value) is not list or len(value) != len(items):
+            raise _Bad(f"must be a list of {len(items)}")
+        return tuple(d(v) for d, v in zip(items, value))
+
+    return decode_fixed
 
 
-def _from_dict(value_type: Any, value: Any, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise DecodeError(f"{where} must be an object")
-    return {str(k): from_plain(value_type, v, f"{where}.{k}") for k, v in value.items()}
+def _dict_decoder(value_type: Any) -> Decoder:
+    item = _decoder(value_type)
+
+    def decode(value: Any) -> dict:
+        if type(value) is not dict:
+            raise _Bad("must be an object")
+        out = {}
+        for k, v in value.items():
+            try:
+                out[str(k)] = item(v)
+            except _Bad as bad:
+                bad.path.append(str(k))
+                raise
+        return out
+
+    return decode
 
 
-def _from_scalar(tp: Any, value: Any, where: str) -> Any:
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DecodeError(f"{where} must be a number")
+def _float(value: Any) -> float:
+    if type(value) is float:
+        return value
+    if type(value) is int:
         return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise DecodeError(f"{where} must be an integer")
+    raise _Bad("must be a number")
+
+
+def _int(value: Any) -> int:
+    if type(value) is int:
         return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise DecodeError(f"{where} must be true or false")
+    raise _Bad("must be an integer")
+
+
+def _bool(value: Any) -> bool:
+    if type(value) is bool:
         return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise DecodeError(f"{where} must be a string")
+    raise _Bad("must be true or false")
+
+
+def _str(value: Any) -> str:
+    if type(value) is str:
         return value
-    raise DecodeError(f"{where}: unsupported type {tp!r}")
+    raise _Bad("must be a string")
+
+
+_SCALARS: dict[Any, Decoder] = {float: _float, int: _int, bool: _bool, str: _str}

@@ -104,13 +104,15 @@ class Pipeline:
 
     # --- feeding --------------------------------------------------------------------------
 
-    def feed(self, event: Any) -> list[Alert]:
-        """Take one event; returns the alerts it raised (already kept in ``alerts``)."""
+    def feed(self, event: Any, *, signs: bool = True) -> list[Alert]:
+        """Take one event; returns the alerts it raised (already kept in ``alerts``).
+        ``signs=False`` skips the detectors (a replay seeking forward calls
+        :meth:`refresh_signs` once at the end instead)."""
         handler = self._HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event)
         self.version = next(self.changes)
-        return self._update_signs(event)
+        return self._update_signs(event) if signs else []
 
     def _on_sample(self, s: Sample) -> None:
         self.first = self.first or s
@@ -283,15 +285,23 @@ class Pipeline:
 
     # --- signs ----------------------------------------------------------------------------
 
-    def _update_signs(self, event: Any) -> list[Alert]:
+    def refresh_signs(self) -> None:
+        """The three signs from the current state, announcing nothing."""
+        if self.latest is not None:
+            self.signs.update(self._signs_after(self.latest))
+        self.signs[3] = sign3(self.speed_verdict(), self.live_tok_s())
+        self.version = next(self.changes)
+
+    def _signs_after(self, event: Any) -> dict[int, SignState]:
         if isinstance(event, Sample):
             points = self.history.get("ram.used").since(event.t - th.RAM_TREND_WINDOW_S)
-            new = {1: sign1(event, self._baselines),
-                   2: sign2(ram_trend(points), self.generating, self.kv_on_gpu)}
-        elif isinstance(event, (DecodeWindow, RunFinished, SessionReading)):
-            new = {3: sign3(self.speed_verdict(), self.live_tok_s())}
-        else:
-            return []
+            return {1: sign1(event, self._baselines), 2: sign2(ram_trend(points), self.generating, self.kv_on_gpu)}
+        if isinstance(event, (DecodeWindow, RunFinished, SessionReading)):
+            return {3: sign3(self.speed_verdict(), self.live_tok_s())}
+        return {}
+
+    def _update_signs(self, event: Any) -> list[Alert]:
+        new = self._signs_after(event)
         raised = []
         for sign, state in new.items():
             old = self.signs.get(sign)

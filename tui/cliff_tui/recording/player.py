@@ -72,7 +72,8 @@ class Player:
         self.pipeline = Pipeline()
         self.cursor = 0
         for event in self._take_until(self.position):
-            self.pipeline.feed(event)
+            self.pipeline.feed(event, signs=False)
+        self.pipeline.refresh_signs()
         self._wall = now
 
     def seek_by(self, seconds: float, now: float) -> None:

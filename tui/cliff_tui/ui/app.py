@@ -115,7 +115,7 @@ class CliffApp(App):
         yield PanelView(id="error")
         yield Footer()
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
         self.query_one("#projection").display = self.mode in ("triangulate", "replay")
         for event in self._preload:
             self._feed(event)
@@ -130,7 +130,7 @@ class CliffApp(App):
                 self._feed(event)
         self.set_interval(min(self.interval, 0.25), self._tick)
         self._layout_for(self.size.width)
-        self._draw()
+        await self._rebuild_panels(self._wanted_panel_ids())  # the first frame without a round trip
 
     def on_resize(self, event: Any) -> None:
         self._layout_for(event.size.width)
@@ -216,11 +216,17 @@ class CliffApp(App):
             self._layout_for(self.size.width)
             self._draw_projection()
 
-    def _draw_panels(self) -> None:
+    def _wanted_panels(self) -> list[tuple[str, Any]]:
         hint = "" if self.mode in ("run", "triangulate", "attach", "replay") else render.NO_SOURCE
         panels = render.panels(self.pipeline, hint or "waiting for tokens…")
         line = render.no_vram_line(self.pipeline.latest)
-        wanted = ([("novram", line)] if line else []) + [(panel.key, panel) for panel in panels]
+        return ([("novram", line)] if line else []) + [(panel.key, panel) for panel in panels]
+
+    def _wanted_panel_ids(self) -> list[str]:
+        return [f"panel-{key}" for key, _ in self._wanted_panels()]
+
+    def _draw_panels(self) -> None:
+        wanted = self._wanted_panels()
         ids = [f"panel-{key}" for key, _ in wanted]
         if ids != self._panel_ids:
             if not self._rebuilding:

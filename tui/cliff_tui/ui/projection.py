@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import plotext as plt
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -77,6 +76,8 @@ def chart(tris: dict[str, Triangulation], width: int, height: int, color: bool =
 
     The x axis spans the measured points and the target; a cliff or capacity far beyond that
     is named below the chart instead of squashing the points into one column."""
+    import plotext as plt  # only when there is a chart to draw: it is a slow import
+
     plt.clf()
     plt.plotsize(max(width, 30), max(height, 8))
     plt.theme("clear")
