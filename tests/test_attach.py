@@ -2,7 +2,7 @@
 
 The HTTP tests run against a loopback fake serving recorded bodies (tests/data/endpoints); the last
 test runs against a real ``llama-server`` when one is found ($LLAMA_SERVER, PATH, or the binary
-scripts/build_llama_server.sh leaves in .tools/llama-server/bin).
+scripts/build_llama_tools.sh leaves in .tools/llama-server/bin).
 """
 
 from __future__ import annotations
@@ -629,7 +629,7 @@ def real_llama_server(tmp_path_factory):
     binary = find_llama_server()
     if binary is None:
         pytest.skip("no llama-server binary: set LLAMA_SERVER, put one on PATH, or run "
-                    "scripts/build_llama_server.sh")
+                    "scripts/build_llama_tools.sh llama-server")
     from cliff_tui.engine.default_model import default_model_path
 
     try:
