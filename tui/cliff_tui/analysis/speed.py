@@ -114,7 +114,7 @@ def classify_speed(
                 "moved to memory bandwidth / PCIe")
         return SpeedVerdict("red", text, raw_drop, expected, vs_expected, knee, causes)
     if vs_expected is not None and vs_expected >= amber_at:
-        why = causes or "background load or noise"
+        why = causes or UNEXPLAINED
         text = f"{vs_expected:.0f}% below the depth trend — likely {why}"
         return SpeedVerdict("amber", text, raw_drop, expected, vs_expected, None, why)
     text = (f"expected decline with depth (attention reads every cached token); "
@@ -144,6 +144,10 @@ def find_knee(points: Sequence[DecodePoint], fit: LineFit) -> int | None:
         if slow[i] and slow[i + 1]:
             return beyond[i].depth
     return None
+
+
+UNEXPLAINED = ("not depth alone: background load, or the KV cache outgrowing a faster memory level "
+               "(no throttling reported)")
 
 
 def _without_fit(raw_drop: float | None) -> SpeedVerdict:

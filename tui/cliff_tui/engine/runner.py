@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 import threading
 import time
 import uuid
@@ -216,14 +215,13 @@ class Run:
     def _probe(self, model: LoadedModel, context: Context, depth: int) -> DecodePoint:
         durations = self._generate(model, context, self.options.probe_tokens, "probe", emit_text=False)
         context.truncate(depth)
-        ms = statistics.median(durations) * 1000
-        return DecodePoint(depth=depth, ms_per_token=ms, n_tokens=len(durations), phase="probe")
+        return DecodePoint(depth=depth, ms_per_token=_window_ms(durations), n_tokens=len(durations), phase="probe")
 
     def _decode_at_depth(self, model: LoadedModel, context: Context) -> tuple[float | None, list[DecodePoint]]:
         self._progress("decode", self.settings.depth, force=True)
         durations = self._generate(model, context, self.settings.n_gen, "depth", emit_text=True)
         w = self.options.window_tokens
-        points = [DecodePoint(depth=self.settings.depth + i, ms_per_token=statistics.median(durations[i:i + w]) * 1000,
+        points = [DecodePoint(depth=self.settings.depth + i, ms_per_token=_window_ms(durations[i:i + w]),
                               n_tokens=len(durations[i:i + w]), phase="depth")
                   for i in range(0, len(durations), w)]
         return _steady_rate(durations), points
@@ -319,6 +317,12 @@ class Run:
             rss_peak_bytes=t.rss_peak, rss_noise_bytes=t.rss_noise(),
             gpus=t.gpu_deltas(), gpus_reason=base.gpus_reason, elapsed_s=elapsed, started_from_depth=started_from,
         )
+
+
+def _window_ms(durations: list[float]) -> float:
+    """ms per token over a window, as its DecodeWindow reports it (so the live verdict and the
+    result's agree)."""
+    return sum(durations) / len(durations) * 1000
 
 
 def _steady_rate(durations: list[float]) -> float | None:
