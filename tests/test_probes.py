@@ -19,7 +19,8 @@ import psutil
 import pynvml
 import pytest
 
-from cliff_tui.events import GpuProcess, GpuReading
+from cliff_tui.events import GpuProcess, GpuReading, SwapReading
+from cliff_tui.probes import system
 from cliff_tui.probes.amd import AmdSysfsProbe, find_amd_cards
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.sampler import CPU_ONLY_TIERS, Sampler
@@ -93,6 +94,21 @@ def test_swap_is_this_machines_swap():
     swap = read_swap()
     assert swap.total_bytes == _meminfo_kib("SwapTotal") * 1024
     assert 0 <= swap.used_bytes <= swap.total_bytes
+
+
+def test_swap_agrees_with_psutil_and_falls_back_to_it(tmp_path: Path, monkeypatch):
+    psutil_swap = psutil.swap_memory()
+    assert read_swap().total_bytes == psutil_swap.total
+    monkeypatch.setattr(system, "_MEMINFO", str(tmp_path / "absent"))
+    assert read_swap() == SwapReading(used_bytes=psutil_swap.used, total_bytes=psutil_swap.total)
+
+
+def test_swap_from_a_meminfo_with_swap_in_use(tmp_path: Path, monkeypatch):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24684000 kB\nSwapCached:            0 kB\n"
+                       "SwapTotal:       2097148 kB\nSwapFree:         1048572 kB\n")
+    monkeypatch.setattr(system, "_MEMINFO", str(meminfo))
+    assert read_swap() == SwapReading(used_bytes=1048576 * 1024, total_bytes=2097148 * 1024)
 
 
 def test_process_probe_reads_a_real_child(child):

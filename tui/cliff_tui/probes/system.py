@@ -1,10 +1,12 @@
-"""System RAM, swap and one process's resident memory, through psutil."""
+"""System RAM, swap and one process's resident memory, through psutil (swap on Linux: see read_swap)."""
 
 from __future__ import annotations
 
 import psutil
 
 from cliff_tui.events import ProcessReading, RamReading, SwapReading
+
+_MEMINFO = "/proc/meminfo"
 
 
 def read_ram() -> RamReading:
@@ -15,8 +17,30 @@ def read_ram() -> RamReading:
 
 
 def read_swap() -> SwapReading:
+    """psutil's swap used/total. On Linux the two lines psutil takes them from are read directly:
+    ``swap_memory()`` also parses /proc/vmstat for page-in counts we do not show, which made it
+    60 % of a 4 Hz sample's cost."""
+    fields = _meminfo_kib(b"SwapTotal:", b"SwapFree:")
+    if fields is not None:
+        total, free = fields
+        return SwapReading(used_bytes=(total - free) * 1024, total_bytes=total * 1024)
     sm = psutil.swap_memory()
     return SwapReading(used_bytes=int(sm.used), total_bytes=int(sm.total))
+
+
+def _meminfo_kib(*names: bytes) -> list[int] | None:
+    try:
+        with open(_MEMINFO, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    values = []
+    for name in names:
+        at = data.find(name)
+        if at < 0:
+            return None
+        values.append(int(data[at + len(name):data.index(b"\n", at)].split()[0]))
+    return values
 
 
 class ProcessProbe:
