@@ -1,22 +1,24 @@
 """The Textual app: one dashboard for watch, run, triangulate, attach and replay.
 
-Producers (sampler thread, job worker, replay player) publish events on the bus; the bus hands
-each one to :meth:`CliffApp.post_message` (thread-safe, never blocks the producer). On the UI
-thread the event goes into the shared :class:`Pipeline`; a timer redraws what changed.
+Producers (sampler thread, job worker, replay player) publish events on the bus; the bus appends
+each one to the app's inbox (a deque: thread-safe, never blocks the producer). On the UI thread a
+timer moves the inbox into the shared :class:`Pipeline` and redraws what changed: one wake-up per
+frame, however many events arrived.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from typing import Any, Iterable
 
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.message import Message
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from cliff_tui.bus import EventBus
@@ -28,29 +30,11 @@ from cliff_tui.probes.sampler import Sampler, SamplerThread
 from cliff_tui.ui import projection as projection_view
 from cliff_tui.ui import render
 from cliff_tui.ui.screens import HelpScreen, LogScreen, TargetScreen
+from cliff_tui.ui.widgets import LineView, PanelView
 from cliff_tui.units import fmt_duration
 
+NO_VRAM_ID = "panel-novram"
 WIDE = 150  # columns from which the projection pane sits beside the dashboard
-
-
-class EventPosted(Message):
-    def __init__(self, event: Any) -> None:
-        super().__init__()
-        self.event = event
-
-
-class PanelView(Static):
-    """A Static that repaints only when its content key changes (few bytes per frame), and asks
-    for a new layout only when its height changes (a relayout costs the whole screen)."""
-
-    _key: object = None
-    _lines: int | None = None
-
-    def show(self, key: object, renderable: Any, lines: int | None = None) -> None:
-        if self._key != key:
-            self._key = key
-            self.update(renderable, layout=lines is None or lines != self._lines)
-            self._lines = lines
 
 
 class CliffApp(App):
@@ -86,6 +70,7 @@ class CliffApp(App):
         self.record_text = record_text
         self.pipeline = Pipeline()
         self.bus = EventBus()
+        self._inbox: deque[Any] = deque()
         self.cancel = threading.Event()
         self.paused = False
         self.narrow_view = "dash"
@@ -107,11 +92,11 @@ class CliffApp(App):
 
     def compose(self) -> ComposeResult:
         yield PanelView(id="title")
-        yield PanelView(id="signs")
+        yield LineView(id="signs")
         with Horizontal(id="body"):
             yield VerticalScroll(id="dash")
             yield VerticalScroll(PanelView(id="projection-view"), id="projection")
-        yield PanelView(id="progress")
+        yield LineView(id="progress")
         yield PanelView(id="error")
         yield Footer()
 
@@ -154,10 +139,7 @@ class CliffApp(App):
 
     def _from_producers(self, event: Any) -> None:
         """Runs on the producer's thread: hand over, never block it."""
-        self.post_message(EventPosted(event))
-
-    def on_event_posted(self, message: EventPosted) -> None:
-        self._feed(message.event)
+        self._inbox.append(event)
 
     def _feed(self, event: Any) -> None:
         for alert in self.pipeline.feed(event):
@@ -186,8 +168,10 @@ class CliffApp(App):
                                        f"internal error: {type(error).__name__}: {error} (please report it)"))
 
     def _tick(self) -> None:
-        """Draw what changed since the last tick (a burst of events is one frame); in a replay,
-        also move the replay clock."""
+        """Take in what the producers published, draw what changed since the last tick (a burst
+        of events is one frame); in a replay, also move the replay clock."""
+        while self._inbox:
+            self._feed(self._inbox.popleft())
         if self.player is not None:
             for event in self.player.advance(time.monotonic()):
                 self._feed(event)
@@ -205,12 +189,10 @@ class CliffApp(App):
             return
         self._drawn = version
         title = self._title()
-        self.query_one("#title", PanelView).show(title, title, 1)
-        signs = tuple((n, state.level, state.headline) for n, state in sorted(p.signs.items()))
-        self.query_one("#signs", PanelView).show(signs, render.signs_line(p.signs), 1)
+        self.query_one("#title", PanelView).show(title, lambda: title, 1)
+        _show_line(self.query_one("#signs", LineView), render.signs_line(p.signs))
         self._draw_panels()
-        progress = self._progress_text()
-        self.query_one("#progress", PanelView).show(progress.plain, progress, 1)
+        _show_line(self.query_one("#progress", LineView), self._progress_line())
         self._draw_error()
         if self._has_projection():
             self._layout_for(self.size.width)
@@ -236,15 +218,16 @@ class CliffApp(App):
         dash = self.query_one("#dash")
         for view, (_, item) in zip(dash.children, wanted):
             if isinstance(item, str):
-                view.show(item, render.Text(item, style="yellow"))
+                view.show(item, lambda: Text(item, style="yellow"))
             else:
-                view.show((item.content_key, view.size.width), item.renderable(), item.lines)
+                view.show(item.content_key, item.segment_lines)
 
     async def _rebuild_panels(self, ids: list[str]) -> None:
         """The set of tiers changed (a GPU appeared, a --pid process…): remount, then draw."""
         dash = self.query_one("#dash")
         await dash.remove_children()
-        await dash.mount_all([PanelView(id=panel_id, classes="panel") for panel_id in ids])
+        await dash.mount_all([(PanelView if panel_id == NO_VRAM_ID else LineView)(id=panel_id, classes="panel")
+                              for panel_id in ids])
         self._panel_ids = ids
         self._rebuilding = False
         self._drawn = None
@@ -255,7 +238,7 @@ class CliffApp(App):
         width = max(40, self.query_one("#projection").size.width - 2)
         key = (len(self.pipeline.results), len(self.pipeline.failures), self.pipeline.target, width,
                self.pipeline.plan)
-        view.show(key, projection_view.pane(self.pipeline, width, chart_height=14, color=not self.no_color))
+        view.show(key, lambda: projection_view.pane(self.pipeline, width, chart_height=14, color=not self.no_color))
 
     def _draw_error(self) -> None:
         error = self.query_one("#error", PanelView)
@@ -263,7 +246,7 @@ class CliffApp(App):
         shown = failure is not None and not (failure.kind == "does_not_fit" and self.mode == "triangulate")
         _set_display(error, shown)
         if shown:
-            error.show(failure, render.Text(f"✖ {failure.message}", style="bold red"))
+            error.show(failure, lambda: Text(f"✖ {failure.message}", style="bold red"))
 
     def _title(self) -> str:
         parts = ["cliff-tui", self.mode]
@@ -280,9 +263,9 @@ class CliffApp(App):
             parts.append("PAUSED")
         return " · ".join(parts)
 
-    def _progress_text(self):
+    def _progress_line(self) -> render.Parts:
         if self.player is not None:
-            return render.Text(self.player.cursor_line(), no_wrap=True)
+            return [(self.player.cursor_line(), None)]
         if self.mode == "attach" and self.pipeline.sessions:
             return render.session_line(self.pipeline)
         return render.progress_line(self.pipeline)
@@ -372,6 +355,10 @@ class CliffApp(App):
             self._sampler_thread.stop()
         if self.recorder is not None:
             self.recorder.close()
+
+
+def _show_line(view: LineView, parts: render.Parts) -> None:
+    view.show(tuple(parts), lambda width: [render.fit_line(parts, width)])
 
 
 def _set_display(widget: Any, shown: bool) -> None:

@@ -1,12 +1,11 @@
-"""Pipeline state → Rich renderables. Formatting only: every number comes from the core."""
+"""Pipeline state → Rich renderables and segments. Formatting only: every number comes from the core."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.console import Group, RenderableType
+from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.signs import SignState
@@ -16,6 +15,8 @@ from cliff_tui.ui.spark import FixedSpark
 from cliff_tui.units import fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
 
 GREEN, AMBER, RED, DIM = Style(color="green"), Style(color="yellow"), Style(color="red"), Style(dim=True)
+BOLD = Style(bold=True)
+Parts = list[tuple[str, Style | None]]  # one line of styled text
 LEVEL_MARK = {"ok": ("✓", GREEN), "info": ("i", Style(color="cyan")), "amber": ("▲", AMBER),
               "red": ("✖", RED), "na": ("–", DIM)}
 NO_SOURCE = ("no token source — `cliff-tui run` loads a model and measures here; "
@@ -47,18 +48,26 @@ class Panel:
         """Equal keys draw equal panels: the app repaints a panel only when its key changes."""
         return (self.title, self.value, self.note, str(self.note_style), self.version)
 
-    @property
-    def lines(self) -> int:
-        return 1 + (self.spark is not None) + bool(self.note)
-
-    def renderable(self) -> RenderableType:
-        head = Text.assemble((self.title, "bold"), "  ", self.value, overflow="ellipsis", no_wrap=True)
-        parts: list[RenderableType] = [head]
+    def segment_lines(self, width: int) -> list[list[Segment]]:
+        """Its lines as segments cropped to ``width``: the panel widget draws them without a Rich
+        layout pass (a panel repaints 4 times a second)."""
+        lines = [fit_line([(self.title, BOLD), ("  " + self.value, None)], width)]
         if self.spark is not None:
-            parts.append(self.spark)
+            lines.append(self.spark.segments(width))
         if self.note:
-            parts.append(Text(self.note, style=self.note_style, overflow="ellipsis", no_wrap=True))
-        return Group(*parts)
+            lines.append(fit_line([(self.note, self.note_style)], width))
+        return lines
+
+
+def fit_line(parts: Parts, width: int) -> list[Segment]:
+    """One line of styled parts, cut with an ellipsis where it is wider than ``width``."""
+    segments = [Segment(text, style) for text, style in parts if text]
+    if sum(segment.cell_length for segment in segments) <= width:
+        return segments
+    if width <= 0:
+        return []
+    cut, style = Segment.adjust_line_length(segments, width - 1), segments[-1].style
+    return [*cut, Segment("…", cut[-1].style if cut else style)]
 
 
 def panels(p: Pipeline, source_hint: str = NO_SOURCE) -> list[Panel]:
@@ -193,36 +202,32 @@ def _level_style(level: str) -> Style:
     return {"amber": AMBER, "red": RED}.get(level, DIM)
 
 
-def signs_line(signs: dict[int, SignState]) -> Text:
+def signs_line(signs: dict[int, SignState]) -> Parts:
     names = {1: "spill", 2: "RAM", 3: "speed"}
-    text = Text(no_wrap=True, overflow="ellipsis")
+    parts: Parts = []
     for n in (1, 2, 3):
         state = signs.get(n)
         if state is None:
             continue
         mark, style = LEVEL_MARK.get(state.level, ("?", DIM))
-        text.append(f" {mark} ", style=style + Style(bold=True))
-        text.append(f"{n} {names[n]}: ", style="bold")
-        text.append(state.headline, style=style if state.level in ("amber", "red") else "")
-        text.append("  ")
-    return text
+        parts += [(f" {mark} ", style + BOLD), (f"{n} {names[n]}: ", BOLD),
+                  (state.headline, style if state.level in ("amber", "red") else None), ("  ", None)]
+    return parts
 
 
-def progress_line(p: Pipeline) -> Text:
+def progress_line(p: Pipeline) -> Parts:
     view = p.current
     if view is None:
-        return Text("")
+        return []
     pr = view.progress
     if view.failure is not None:
-        return Text(f"{view.failure.kind.replace('_', ' ')}: {view.failure.message}", style=RED, no_wrap=True,
-                    overflow="ellipsis")
+        return [(f"{view.failure.kind.replace('_', ' ')}: {view.failure.message}", RED)]
     if view.result is not None:
         r = view.result
-        return Text(f"done · n_ctx {r.n_ctx:,} · depth {r.depth:,} · {fmt_tok_s(r.baseline_tok_s)} → "
-                    f"{fmt_tok_s(r.depth_tok_s)} tok/s · {r.verdict.level}: {r.verdict.text}",
-                    no_wrap=True, overflow="ellipsis")
+        return [(f"done · n_ctx {r.n_ctx:,} · depth {r.depth:,} · {fmt_tok_s(r.baseline_tok_s)} → "
+                 f"{fmt_tok_s(r.depth_tok_s)} tok/s · {r.verdict.level}: {r.verdict.text}", None)]
     if pr is None:
-        return Text("starting…")
+        return [("starting…", None)]
     parts = [pr.phase, f"depth {pr.depth:,}/{pr.depth_target:,}", f"n_ctx {view.started.n_ctx:,}"]
     if pr.prefill_tok_s:
         parts.append(f"prefill {pr.prefill_tok_s:.0f} tok/s")
@@ -230,10 +235,10 @@ def progress_line(p: Pipeline) -> Text:
         parts.append(f"ETA {fmt_duration(pr.eta_s)}")
     if view.kv_device:
         parts.append(f"KV on {view.kv_device}")
-    return Text(" · ".join(parts), no_wrap=True, overflow="ellipsis")
+    return [(" · ".join(parts), None)]
 
 
-def session_line(p: Pipeline) -> Text:
+def session_line(p: Pipeline) -> Parts:
     """One line per attached server, joined: status, rates, slots, where Ollama's models live."""
     parts, warn = [], False
     for s in p.sessions.values():
@@ -250,4 +255,4 @@ def session_line(p: Pipeline) -> Text:
             parts.append(f"{m.name}: {fmt_bytes(m.size_vram_bytes)} in VRAM, {fmt_bytes(in_ram)} in RAM")
         if s.requests_processing:
             parts.append(f"{s.requests_processing} request(s) running")
-    return Text(" · ".join(parts), style="yellow" if warn else "", no_wrap=True, overflow="ellipsis")
+    return [(" · ".join(parts), AMBER if warn else None)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 from rich.style import Style
 
@@ -26,30 +25,35 @@ class FixedSpark:
         self.default = default or Style()
 
     def cells(self, width: int) -> list[tuple[str, Style]]:
-        values = list(self.values)[-width:]
+        """``width`` cells, the newest value rightmost; padding on the left until the series fills it."""
+        values = self.values[-width:] if width > 0 else []
         span = self.hi - self.lo
-        out: list[tuple[str, Style]] = [(" ", self.default)] * (width - len(values))
+        top = len(BARS) - 1
+        style_for, default, lo = self.style_for, self.default, self.lo
+        out: list[tuple[str, Style]] = [(" ", default)] * (width - len(values))
         for v in values:
             if v is None:
-                out.append((GAP, self.default))
+                out.append((GAP, default))
                 continue
-            fraction = 0.0 if span <= 0 else min(max((v - self.lo) / span, 0.0), 1.0)
-            level = round(fraction * (len(BARS) - 1))
-            if level == 0 and v > self.lo:
+            fraction = 0.0 if span <= 0 else min(max((v - lo) / span, 0.0), 1.0)
+            level = round(fraction * top)
+            if level == 0 and v > lo:
                 level = 1  # something, however small, is not nothing
-            style = self.style_for(fraction) if self.style_for else self.default
-            out.append((BARS[level], style))
+            out.append((BARS[level], style_for(fraction) if style_for else default))
         return out
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        cells = self.cells(options.max_width)
-        run_text, run_style = "", None
-        for char, style in cells:
-            if style != run_style and run_text:
-                yield Segment(run_text, run_style)
-                run_text = ""
-            run_text += char
-            run_style = style
-        if run_text:
-            yield Segment(run_text, run_style)
-        yield Segment.line()
+    def segments(self, width: int) -> list[Segment]:
+        """One line of ``width`` cells, a segment per run of equal styles."""
+        out: list[Segment] = []
+        chars: list[str] = []
+        run_style = None
+        for char, style in self.cells(width):
+            if style is not run_style and style != run_style:
+                if chars:
+                    out.append(Segment("".join(chars), run_style))
+                chars = []
+                run_style = style
+            chars.append(char)
+        if chars:
+            out.append(Segment("".join(chars), run_style))
+        return out

@@ -1,0 +1,85 @@
+"""The two widgets the dashboard is made of; both repaint only what changed."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
+from textual.widgets import Static
+
+
+
+class PanelView(Static):
+    """A Static that builds and repaints its content only when the content's key changes (few
+    bytes per frame), and asks for a new layout only when its height changes (a relayout costs
+    the whole screen)."""
+
+    _key: object = None
+    _lines: int | None = None
+
+    def show(self, key: object, make: Callable[[], Any], lines: int | None = None) -> None:
+        if self._key != key:
+            self._key = key
+            self.update(make(), layout=lines is None or lines != self._lines)
+            self._lines = lines
+
+
+Lines = Callable[[int], list[list[Segment]]]  # width → the lines, each cut to that width
+
+
+class LineView(Widget):
+    """Lines of segments through Textual's line API, for what changes every frame (a tier's
+    sparkline, the signs, the progress): no Rich layout pass, and a change repaints only the
+    lines it touched."""
+
+    DEFAULT_CSS = "LineView { height: auto; }"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._make: Lines = lambda width: []
+        self._strips: list[Strip] = []
+        self._lines: list[list[Segment]] = []
+        self._drawn: tuple = ()
+        self._base = Style()
+
+    def show(self, key: object, lines: Lines) -> None:
+        width = self.size.width
+        if (key, width) == self._drawn:
+            return
+        self._make = lines
+        old = self._build(key, width)
+        if len(self._strips) != len(old):
+            self.refresh(layout=True)
+            return
+        for y, (before, after) in enumerate(zip(old, self._strips)):
+            if before is not after:
+                self.refresh(Region(0, y, width, 1))
+
+    def _build(self, key: object, width: int) -> list[Strip]:
+        """New strips for the lines whose segments changed; the old strips are returned."""
+        if self._drawn[1:] != (width,):
+            self._base, self._lines = self.rich_style, []
+        lines, old, old_lines = self._make(width), self._strips, self._lines
+        self._strips = [old[y] if y < len(old_lines) and old_lines[y] == line else Strip(line).apply_style(self._base)
+                        for y, line in enumerate(lines)]
+        self._lines, self._drawn = lines, (key, width)
+        return old
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._drawn = self._drawn[:1]  # a new theme: the base style of every line changed
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return max(1, len(self._make(width)))
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._drawn[1:] != (width,):
+            self._build(self._drawn[0] if self._drawn else None, width)
+        if y < len(self._strips):
+            return self._strips[y].extend_cell_length(width, self._base)
+        return Strip.blank(width, self._base)
