@@ -7,7 +7,12 @@ minute (user + system, children included), bytes written to the terminal per sec
 cliff-tui the RSS after 1 minute and at the end.
 
     python bench/watch_cost.py --minutes 10            # the figures in bench/RESULTS.md
+    python bench/watch_cost.py --minutes 3 --churn 6   # RAM moving: every frame repaints
     python bench/watch_cost.py --minutes 1 --no-btop   # a quick look
+
+On an idle machine the RAM sparkline settles (every cell the same bar) and cliff-tui repaints
+almost nothing, while btop redraws its graphs every tick. ``--churn GIB`` runs a helper that
+allocates and frees GIB of RAM every second, so both tools have something new to draw each frame.
 """
 
 from __future__ import annotations
@@ -83,12 +88,26 @@ def drain(terminals: list[Terminal], seconds: float) -> None:
                 fds.pop(fd)
 
 
+CHURN = """
+import sys, time
+size = int(float(sys.argv[1]) * 2**30)
+while True:
+    block = b"\\x01" * size  # written, so resident
+    time.sleep(1)
+    del block
+    time.sleep(1)
+"""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--warmup", type=float, default=5, help="seconds ignored at start")
     parser.add_argument("--no-btop", action="store_true")
+    parser.add_argument("--churn", type=float, default=0, metavar="GIB",
+                        help="allocate and free GIB of RAM every second while measuring")
     args = parser.parse_args()
+    churn = subprocess.Popen([sys.executable, "-c", CHURN, str(args.churn)]) if args.churn else None
 
     env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
     cliff = shutil.which("cliff-tui") or sys.exit("cliff-tui is not on PATH: activate its venv")
@@ -107,6 +126,8 @@ def main() -> int:
         terminals[0].rss_samples[args.minutes] = terminals[0].rss()
         report(terminals, start)
     finally:
+        if churn is not None:
+            churn.kill()
         for t in terminals:
             t.proc.terminate()
             try:

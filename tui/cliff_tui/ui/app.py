@@ -33,7 +33,7 @@ from cliff_tui.ui.screens import HelpScreen, LogScreen, TargetScreen
 from cliff_tui.ui.widgets import LineView, PanelView
 from cliff_tui.units import fmt_duration
 
-NO_VRAM_ID = "panel-novram"
+NO_VRAM = "novram"  # the key of the dashboard's one wrapped text line, not a tier
 WIDE = 150  # columns from which the projection pane sits beside the dashboard
 
 
@@ -202,7 +202,7 @@ class CliffApp(App):
         hint = "" if self.mode in ("run", "triangulate", "attach", "replay") else render.NO_SOURCE
         panels = render.panels(self.pipeline, hint or "waiting for tokens…")
         line = render.no_vram_line(self.pipeline.latest)
-        return ([("novram", line)] if line else []) + [(panel.key, panel) for panel in panels]
+        return ([(NO_VRAM, line)] if line else []) + [(panel.key, panel) for panel in panels]
 
     def _wanted_panel_ids(self) -> list[str]:
         return [f"panel-{key}" for key, _ in self._wanted_panels()]
@@ -226,7 +226,7 @@ class CliffApp(App):
         """The set of tiers changed (a GPU appeared, a --pid process…): remount, then draw."""
         dash = self.query_one("#dash")
         await dash.remove_children()
-        await dash.mount_all([(PanelView if panel_id == NO_VRAM_ID else LineView)(id=panel_id, classes="panel")
+        await dash.mount_all([(PanelView if panel_id == f"panel-{NO_VRAM}" else LineView)(id=panel_id, classes="panel")
                               for panel_id in ids])
         self._panel_ids = ids
         self._rebuilding = False
