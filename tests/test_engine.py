@@ -159,3 +159,35 @@ def test_headless_formats(tiny_model, fmt):
 def _write(path, data: bytes):
     path.write_bytes(data)
     return path
+
+
+RENICE_CHECK = """
+import os, sys, threading
+from cliff_tui.engine import priority
+
+def parked(release):
+    ids, ready = [], threading.Event()
+    def park():
+        ids.append(threading.get_native_id()); ready.set(); release.wait(10)
+    threading.Thread(target=park, daemon=True).start()
+    ready.wait(5)
+    return ids[0]
+
+release = threading.Event()
+nice = lambda tid: os.getpriority(os.PRIO_PROCESS, tid)
+watcher = parked(release)
+assert priority.lower_other_threads() >= 1
+assert nice(watcher) == priority.WATCHER_NICE, nice(watcher)
+assert nice(threading.get_native_id()) == 0
+started_by_engine = parked(release)
+assert nice(started_by_engine) == 0, "threads the engine starts keep its priority"
+sys.platform = "darwin"
+assert priority.lower_other_threads() == 0 and not priority.lower_thread_priority(started_by_engine)
+release.set()
+"""
+
+
+def test_the_engine_thread_lowers_the_watchers_and_keeps_its_own_priority():
+    # A fresh process: an in-process app test may already have lowered this one's threads.
+    proc = subprocess.run([sys.executable, "-c", RENICE_CHECK], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

@@ -15,6 +15,7 @@ from typing import Iterator, TextIO
 
 from cliff_tui.bus import EventBus
 from cliff_tui.events import Alert, Notice, RunFailed, RunProgress, Sample
+from cliff_tui.engine.priority import lower_other_threads
 from cliff_tui.jobs import Job
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.probes.sampler import Sampler, SamplerThread
@@ -59,6 +60,7 @@ class Headless:
         if hasattr(job, "on_worker"):
             job.on_worker = self.sampler.set_pid
         with stop_on_signals(self.cancel), self.sampling():
+            lower_other_threads()  # the sampler yields to the engine this thread runs
             job.run(self.publish, self.cancel)
 
     def _print_progress(self, event: object) -> None:

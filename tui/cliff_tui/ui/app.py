@@ -23,6 +23,7 @@ from textual.worker import Worker, WorkerState
 
 from cliff_tui.bus import EventBus
 from cliff_tui.engine.errors import CliffError
+from cliff_tui.engine.priority import lower_other_threads
 from cliff_tui.events import Alert, RunFailed
 from cliff_tui.jobs import Job
 from cliff_tui.pipeline import Pipeline
@@ -154,6 +155,7 @@ class CliffApp(App):
 
     @work(thread=True, exit_on_error=False, name="job")
     def _run_job(self) -> None:
+        lower_other_threads()  # the screen and the sampler yield to the engine this thread starts
         try:
             self.job.run(self.bus.publish, self.cancel)
         except CliffError as exc:
