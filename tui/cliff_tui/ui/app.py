@@ -32,7 +32,6 @@ from cliff_tui.ui import projection as projection_view
 from cliff_tui.ui import render
 from cliff_tui.ui.screens import HelpScreen, LogScreen, TargetScreen
 from cliff_tui.ui.widgets import LineView, PanelView
-from cliff_tui.units import fmt_duration
 
 NO_VRAM = "novram"  # the key of the dashboard's one wrapped text line, not a tier
 WIDE = 150  # columns from which the projection pane sits beside the dashboard
