@@ -171,6 +171,8 @@ class CliffApp(App):
     def _tick(self) -> None:
         """Take in what the producers published, draw what changed since the last tick (a burst
         of events is one frame); in a replay, also move the replay clock."""
+        if not self.is_running:  # shutting down: the widgets may be gone already
+            return
         while self._inbox:
             self._feed(self._inbox.popleft())
         if self.player is not None:
