@@ -16,9 +16,9 @@ import threading
 WATCHER_NICE = 10  # CFS weight 110 against the engine's 1024: still ~5 % of a busy core
 
 
-def lower_thread_priority(native_id: int | None, nice: int = WATCHER_NICE) -> bool:
+def lower_thread_priority(native_id: int, nice: int = WATCHER_NICE) -> bool:
     """Renice one thread of this process (``threading.get_native_id()``); ``False`` where not done."""
-    if native_id is None or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         return False
     try:
         current = os.getpriority(os.PRIO_PROCESS, native_id)
