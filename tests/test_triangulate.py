@@ -4,15 +4,18 @@ a failed allocation as a data point, KV types side by side, and replay parity.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from cliff_tui.engine.worker import PrefillProfile
+from cliff_tui.events import RunFinished, RunSettings
 from cliff_tui.recording.export import replay_all
 from cliff_tui.recording.reader import open_recording
-from cliff_tui.triangulate import DEFAULT_DEPTHS, estimate_seconds, plan_depths, triangulation_output
+from cliff_tui.triangulate import DEFAULT_DEPTHS, TriangulateJob, estimate_seconds, plan_depths, triangulation_output
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -46,8 +49,20 @@ def test_points_are_chained_and_isolated(recorded):
     record, _ = recorded
     runs = record["runs"]
     assert [r["started_from_depth"] for r in runs] == [0, 256, 512]
-    assert len({r["rss_baseline_bytes"] for r in runs}) == 3  # each its own worker process
     assert runs[0]["rss_peak_bytes"] < runs[-1]["rss_peak_bytes"]
+
+
+def test_each_point_runs_in_a_worker_process_of_its_own(tiny_model):
+    job = TriangulateJob(RunSettings(model_path=str(tiny_model), depth=0, n_gen=8), depths=[128, 256],
+                         target=1024, reserve=None, kv_types=[("f16", "f16")])
+    followed: list[int | None] = []
+    job.on_worker = followed.append
+    events: list[object] = []
+    job.run(events.append, threading.Event())
+    workers = [pid for pid in followed if pid is not None]
+    assert len(workers) == 2 and len(set(workers)) == 2 and os.getpid() not in workers
+    assert followed[-1] is None  # the sampler stops following a worker that has exited
+    assert sum(isinstance(e, RunFinished) for e in events) == 2
 
 
 def test_a_replayed_triangulation_gives_the_same_output(recorded):
