@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cliff_tui import demo
 from cliff_tui.codec import event_from_plain, event_to_plain
 from cliff_tui.engine.errors import BadInput
 from cliff_tui.events import (
@@ -23,6 +24,7 @@ from cliff_tui.events import (
     RunSettings, RunStarted, Sample, ServedModel, SessionReading, SlotReading, SpeedVerdict, SwapReading,
     TriangulationPlanned, EVENT_TYPES,
 )
+from cliff_tui.recording.player import Player
 from cliff_tui.recording.reader import open_recording, parse_recording
 from cliff_tui.recording.writer import Recorder
 
@@ -205,3 +207,23 @@ def test_fuzzed_recordings_only_ever_give_clean_errors(data):
     for event in recording.events:
         assert type(event) in EVENT_TYPES.values()
         assert event_from_plain(event_to_plain(event)) == event
+
+
+def test_a_forward_seek_ends_where_a_seek_from_the_start_does(tmp_path):
+    path = tmp_path / "demo.jsonl"
+    with Recorder.create(path, command=["test"]) as recorder:
+        for event in demo.gpu_cliff_run():
+            recorder.write(event)
+    stepped, direct = Player(open_recording(path)), Player(open_recording(path))
+    middle = (stepped.t_start + stepped.t_end) / 2
+    stepped.seek_to(middle, now=0)
+    kept = stepped.pipeline
+    stepped.seek_by(10, now=0)  # forward from the middle: the same pipeline goes on
+    assert stepped.pipeline is kept
+    direct.seek_to(middle + 10, now=0)
+    assert stepped.cursor == direct.cursor > 0
+    a, b = stepped.pipeline, direct.pipeline
+    assert a.latest == b.latest and a.signs == b.signs and a.results == b.results
+    assert list(a.history.get("ram.used").values) == list(b.history.get("ram.used").values)
+    stepped.seek_by(-30, now=0)  # backward: rebuilt
+    assert stepped.pipeline is not a and stepped.position == pytest.approx(middle - 20)

@@ -67,10 +67,13 @@ class Player:
         return out
 
     def seek_to(self, t: float, now: float) -> None:
-        """Rebuild the pipeline from the start up to ``t`` (no alerts are announced)."""
-        self.position = min(max(t, self.t_start), self.t_end)
-        self.pipeline = Pipeline()
-        self.cursor = 0
+        """Move to ``t`` announcing no alerts: forward, the pipeline takes the events in between;
+        backward, it is rebuilt from the start."""
+        target = min(max(t, self.t_start), self.t_end)
+        if target < self.position:
+            self.pipeline = Pipeline()
+            self.cursor = 0
+        self.position = target
         for event in self._take_until(self.position):
             self.pipeline.feed(event, signs=False)
         self.pipeline.refresh_signs()

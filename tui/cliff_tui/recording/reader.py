@@ -95,9 +95,10 @@ def open_recording(path: str | Path, *, lazy: bool = False) -> Recording:
 def parse_recording(data: bytes, name: str = "recording", *, lazy: bool = False) -> Recording:
     if not data.strip():
         raise BadInput(f"{name} is empty: not a cliff-tui recording (nothing was recorded)")
-    first, _, rest = data.partition(b"\n")
+    first, *rest = data.split(b"\n")
     header = _header(first, name)
-    lines = [(number, line) for number, line in enumerate(rest.split(b"\n"), start=2) if line.strip()]
+    # `not line.isspace()` stops at a line's first character; strip() would copy every line
+    lines = [(number, line) for number, line in enumerate(rest, start=2) if line and not line.isspace()]
     recording = Recording(name, header, lines, ends_cleanly=data.endswith(b"\n"))
     if lines:
         recording.event(len(lines) - 1)  # a cut last line is reported from the start

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.text import Text
 from textual import work
@@ -27,11 +27,14 @@ from cliff_tui.engine.priority import lower_other_threads
 from cliff_tui.events import Alert, RunFailed
 from cliff_tui.jobs import Job
 from cliff_tui.pipeline import Pipeline
-from cliff_tui.probes.sampler import Sampler, SamplerThread
 from cliff_tui.ui import projection as projection_view
 from cliff_tui.ui import render
-from cliff_tui.ui.screens import HelpScreen, LogScreen, TargetScreen
 from cliff_tui.ui.widgets import LineView, PanelView
+
+# The probes (psutil, NVML) and the modal screens are imported where they are first used: a replay
+# needs neither, and starts that much sooner.
+if TYPE_CHECKING:
+    from cliff_tui.probes.sampler import Sampler, SamplerThread
 
 NO_VRAM = "novram"  # the key of the dashboard's one wrapped text line, not a tier
 WIDE = 150  # columns from which the projection pane sits beside the dashboard
@@ -105,6 +108,8 @@ class CliffApp(App):
         for event in self._preload:
             self._feed(event)
         if self.sampler is not None:
+            from cliff_tui.probes.sampler import SamplerThread
+
             self._sampler_thread = SamplerThread(self.sampler, self.bus.publish, self.interval).start()
         if self.job is not None:
             if hasattr(self.job, "on_worker") and self.sampler is not None:
@@ -287,9 +292,13 @@ class CliffApp(App):
         self._draw()
 
     def action_help(self) -> None:
+        from cliff_tui.ui.screens import HelpScreen
+
         self.push_screen(HelpScreen(self.mode))
 
     def action_log(self) -> None:
+        from cliff_tui.ui.screens import LogScreen
+
         self.push_screen(LogScreen(self.pipeline))
 
     def action_view(self) -> None:
@@ -297,6 +306,8 @@ class CliffApp(App):
         self._layout_for(self.size.width)
 
     def action_target(self) -> None:
+        from cliff_tui.ui.screens import TargetScreen
+
         def apply(value: int | None) -> None:
             if value:
                 self.pipeline.set_target(value)
