@@ -129,6 +129,27 @@ def test_process_probe_counts_the_childrens_rss(child):
     assert reading.total_rss_bytes == reading.rss_bytes + reading.children_rss_bytes
 
 
+def test_the_children_are_found_again_every_few_seconds_and_read_every_tick():
+    now = [0.0]
+    probe = ProcessProbe(os.getpid(), children_every_s=2.0, clock=lambda: now[0])
+    before = probe.read().n_children
+    code = f"import time; x = bytearray({CHILD_BYTES}); print('ready', flush=True); time.sleep(30)"
+    late = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert late.stdout.readline().strip() == "ready"
+        now[0] = 1.9
+        assert late.pid not in probe.children_pids()  # the list from t=0 still holds
+        assert probe.read().n_children == before
+        now[0] = 2.0
+        reading = probe.read()
+        assert late.pid in probe.children_pids()
+        assert reading.n_children == before + 1 and reading.children_rss_bytes >= CHILD_BYTES
+    finally:
+        late.kill()
+        late.wait()
+    assert probe.read().n_children == before  # an exited child drops out before the next search
+
+
 def test_a_pid_that_does_not_exist_gives_a_reason_not_an_exception():
     pid = _free_pid()
     reading = ProcessProbe(pid).read()

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import time
+from typing import Callable
+
 import psutil
 
 from cliff_tui.events import ProcessReading, RamReading, SwapReading
 
 _MEMINFO = "/proc/meminfo"
+CHILDREN_EVERY_S = 2.0
 
 
 def read_ram() -> RamReading:
@@ -44,12 +49,22 @@ def _meminfo_kib(*names: bytes) -> list[int] | None:
 
 
 class ProcessProbe:
-    """Resident memory of ``pid`` and of its children (a llama-server's workers, say)."""
+    """Resident memory of ``pid`` and of its children (a llama-server's workers, say).
 
-    def __init__(self, pid: int) -> None:
+    Finding the children means reading every process's /proc/PID/stat (psutil has no other way):
+    most of a sample's cost on a desktop with hundreds of processes. The list is found again every
+    ``children_every_s``; in between, the known children's RSS is read (a new child shows up within
+    that time, one that exited drops out at once)."""
+
+    def __init__(self, pid: int, *, children_every_s: float = CHILDREN_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.pid = pid
+        self.children_every_s = children_every_s
+        self._clock = clock
         self._process: psutil.Process | None = None
         self._reason: str | None = None
+        self._children: list[psutil.Process] = []
+        self._children_found_at = -math.inf
         try:
             self._process = psutil.Process(pid)
         except psutil.NoSuchProcess:
@@ -65,8 +80,9 @@ class ProcessProbe:
             with proc.oneshot():
                 name = proc.name()
                 rss = int(proc.memory_info().rss)
-            children_rss, n_children = _children_rss(proc)
+            children_rss, n_children = _children_rss(self._known_children(proc))
         except psutil.NoSuchProcess:
+            self._children = []
             return self._missing(f"process {self.pid} has exited")
         except psutil.AccessDenied:
             return self._missing(f"not allowed to read PID {self.pid} (try as its owner or root)")
@@ -77,19 +93,26 @@ class ProcessProbe:
         if self._process is None:
             return []
         try:
-            return [c.pid for c in self._process.children(recursive=True)]
+            return [c.pid for c in self._known_children(self._process)]
         except psutil.Error:
             return []
+
+    def _known_children(self, proc: psutil.Process) -> list[psutil.Process]:
+        now = self._clock()
+        if now - self._children_found_at >= self.children_every_s:
+            self._children = proc.children(recursive=True)
+            self._children_found_at = now
+        return self._children
 
     def _missing(self, reason: str) -> ProcessReading:
         return ProcessReading(pid=self.pid, name=None, rss_bytes=None, children_rss_bytes=None,
                               reasons={"rss_bytes": reason})
 
 
-def _children_rss(proc: psutil.Process) -> tuple[int, int]:
+def _children_rss(children: list[psutil.Process]) -> tuple[int, int]:
     total = 0
     count = 0
-    for child in proc.children(recursive=True):
+    for child in children:
         try:
             total += int(child.memory_info().rss)
             count += 1
