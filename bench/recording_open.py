@@ -13,8 +13,9 @@ Then, each in a fresh interpreter (as ``cliff-tui replay FILE`` starts), alterna
       sample: the time to the first frame (goal ≤ 1 s), measured by the parent from the start of the
       child process to the child's signal, with the child's own breakdown;
   (b) the floor: ``json.loads`` of every line and nothing else.
-After (a)'s first frame, the `end` key is pressed and its cost reported (a seek replays the
-pipeline from the first event).
+After (a)'s first frame, the `end` key is pressed and its cost reported (the pipeline takes every
+event up to the end), then `home` and (paused) `→`, whose cost is reported too (a forward seek
+feeds only the events in between).
 Medians of --reps (default 5). If the first frame is over 1 s, a cProfile of one more (a) run
 shows where the time goes (--profile forces it).
 
@@ -141,6 +142,13 @@ def child_app(path: str, ready_fd: int | None) -> dict:
             await pilot.press("end")
             await pilot.pause()
             t["seek_end"] = time.perf_counter() - t0
+            await pilot.press("home")  # backward: a rebuild, from lines already decoded
+            if app.player.playing:
+                await pilot.press("space")  # pause, so the clock moves nothing in between
+            t0 = time.perf_counter()
+            await pilot.press("right")  # forward 10 s: only the events in between
+            await pilot.pause()
+            t["seek_right"] = time.perf_counter() - t0
             app.exit()
 
     asyncio.run(first_frame())
@@ -148,7 +156,7 @@ def child_app(path: str, ready_fd: int | None) -> dict:
     return {"import_s": t["imported"] - base, "open_s": t["opened"] - t["imported"],
             "player_s": t["app_built"] - t["opened"], "mount_s": t["mounted"] - t["app_built"],
             "to_frame_s": t["first_frame"] - t["mounted"], "total_in_process_s": t["first_frame"] - base,
-            "seek_end_s": t["seek_end"],
+            "seek_end_s": t["seek_end"], "seek_right_s": t["seek_right"],
             "events": len(recording)}
 
 
@@ -294,7 +302,8 @@ def main() -> int:
         for r in app_runs:
             r["interpreter_s"] = r["wall_s"] - r["total_in_process_s"]
         med = {k: statistics.median(r[k] for r in app_runs) for k in
-               ("wall_s", "interpreter_s", "import_s", "open_s", "player_s", "mount_s", "to_frame_s", "seek_end_s")}
+               ("wall_s", "interpreter_s", "import_s", "open_s", "player_s", "mount_s", "to_frame_s", "seek_end_s",
+                  "seek_right_s")}
         floor = statistics.median(r["wall_s"] for r in floor_runs)
         floor_loads = statistics.median(r["loads_s"] for r in floor_runs)
         profile = profile_app(path, args.profile_top) if args.profile or med["wall_s"] > 1.0 else None
@@ -331,8 +340,10 @@ def main() -> int:
                       ("to_frame_s", "mounted → first sample drawn")):
         print(f"| {name} | {med[key]:.3f} |")
     print()
-    print(f"After the first frame, the `end` key (seek to the end: the player rebuilds the pipeline from the first "
-          f"event) took {med['seek_end_s']:.2f} s (median); every seek (`←`/`→`, `home`) costs up to that much.")
+    print(f"After the first frame, the `end` key (seek to the end: the pipeline takes every event, decoding each "
+          f"line on the way) took {med['seek_end_s']:.2f} s (median); a backward seek (`←`, `home`) rebuilds the "
+          f"pipeline from the first event and costs up to that much; `→` (10 s forward, paused) "
+          f"{med['seek_right_s'] * 1000:.0f} ms.")
     if profile:
         print()
         print("<details><summary>cProfile of one (a) run</summary>\n\n```")
