@@ -19,7 +19,7 @@ import psutil
 import pynvml
 import pytest
 
-from cliff_tui.events import GpuProcess, GpuReading, SwapReading
+from cliff_tui.events import GpuProcess, GpuReading, RamReading, SwapReading
 from cliff_tui.probes import system
 from cliff_tui.probes.amd import AmdSysfsProbe, find_amd_cards
 from cliff_tui.probes.nvidia import NvidiaProbe
@@ -28,7 +28,7 @@ from cliff_tui.probes.shared_vram import (
     ADAPTER_DEDICATED, ADAPTER_SHARED, APPLE_REASON, NVIDIA_LINUX_REASON, PROCESS_SHARED, AmdGtt,
     Unavailable, WindowsCounters, choose_backends, fill_shared, per_adapter, per_process,
 )
-from cliff_tui.probes.system import ProcessProbe, read_ram, read_swap
+from cliff_tui.probes.system import ProcessProbe, read_memory
 from cliff_tui.report import sample_record
 
 try:
@@ -82,33 +82,53 @@ def only(probe: NvidiaProbe) -> GpuReading:
 # --- psutil (real) ----------------------------------------------------------------------------
 
 
-def test_ram_is_this_machines_ram():
-    ram = read_ram()
-    assert ram.total_bytes == _meminfo_kib("MemTotal") * 1024
+def test_ram_is_this_machines_ram_as_psutil_counts_it():
+    ram, _ = read_memory()
+    vm = psutil.virtual_memory()
+    assert ram.total_bytes == _meminfo_kib("MemTotal") * 1024 == vm.total
     assert 0 < ram.used_bytes < ram.total_bytes
-    assert 0 < ram.available_bytes <= ram.total_bytes
+    assert ram.used_bytes == pytest.approx(vm.used, abs=64 * MiB)  # read a moment apart
+    assert ram.available_bytes == pytest.approx(vm.available, abs=64 * MiB)
+    assert ram.used_bytes + ram.available_bytes == ram.total_bytes
     assert isinstance(ram.used_bytes, int) and isinstance(ram.total_bytes, int)
 
 
 def test_swap_is_this_machines_swap():
-    swap = read_swap()
+    _, swap = read_memory()
     assert swap.total_bytes == _meminfo_kib("SwapTotal") * 1024
     assert 0 <= swap.used_bytes <= swap.total_bytes
 
 
-def test_swap_agrees_with_psutil_and_falls_back_to_it(tmp_path: Path, monkeypatch):
+def test_without_meminfo_both_come_from_psutil(tmp_path: Path, monkeypatch):
     psutil_swap = psutil.swap_memory()
-    assert read_swap().total_bytes == psutil_swap.total
     monkeypatch.setattr(system, "_MEMINFO", str(tmp_path / "absent"))
-    assert read_swap() == SwapReading(used_bytes=psutil_swap.used, total_bytes=psutil_swap.total)
+    ram, swap = read_memory()
+    assert swap == SwapReading(used_bytes=psutil_swap.used, total_bytes=psutil_swap.total)
+    assert ram.total_bytes == psutil.virtual_memory().total
 
 
-def test_swap_from_a_meminfo_with_swap_in_use(tmp_path: Path, monkeypatch):
+FAKE_MEMINFO = ("MemTotal:       24684000 kB\nMemFree:        20000000 kB\nMemAvailable:   {available} kB\n"
+                "SwapCached:            0 kB\nSwapTotal:       2097148 kB\nSwapFree:         1048572 kB\n")
+
+
+def test_ram_and_swap_from_one_meminfo(tmp_path: Path, monkeypatch):
     meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       24684000 kB\nSwapCached:            0 kB\n"
-                       "SwapTotal:       2097148 kB\nSwapFree:         1048572 kB\n")
+    meminfo.write_text(FAKE_MEMINFO.format(available=22684000))
     monkeypatch.setattr(system, "_MEMINFO", str(meminfo))
-    assert read_swap() == SwapReading(used_bytes=1048576 * 1024, total_bytes=2097148 * 1024)
+    ram, swap = read_memory()
+    assert ram == RamReading(used_bytes=2000000 * 1024, total_bytes=24684000 * 1024,
+                             available_bytes=22684000 * 1024)
+    assert swap == SwapReading(used_bytes=1048576 * 1024, total_bytes=2097148 * 1024)
+
+
+@pytest.mark.parametrize("available", [0, 30000000])  # a kernel's 0; a container's figure above MemTotal
+def test_odd_available_memory_is_left_to_psutil(tmp_path: Path, monkeypatch, available):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(FAKE_MEMINFO.format(available=available))
+    monkeypatch.setattr(system, "_MEMINFO", str(meminfo))
+    ram, swap = read_memory()
+    assert ram.total_bytes == psutil.virtual_memory().total != 24684000 * 1024  # psutil read the real file
+    assert swap.total_bytes == 2097148 * 1024
 
 
 def test_process_probe_reads_a_real_child(child):

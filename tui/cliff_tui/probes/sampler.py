@@ -12,7 +12,7 @@ from cliff_tui.events import GpuReading, ProcessReading, Sample
 from cliff_tui.probes.amd import AmdSysfsProbe
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.shared_vram import SharedVramBackend, choose_backends, fill_shared
-from cliff_tui.probes.system import ProcessProbe, read_ram, read_swap
+from cliff_tui.probes.system import ProcessProbe, read_memory
 
 CPU_ONLY_TIERS = "RAM and swap are the memory tiers"
 
@@ -57,7 +57,8 @@ class Sampler:
         process = probe.read() if probe else None
         if process is not None and gpus:
             process = _with_gpu_memory(process, gpus, probe.children_pids())
-        return Sample(t=t, ram=read_ram(), swap=read_swap(), gpus=tuple(gpus),
+        ram, swap = read_memory()
+        return Sample(t=t, ram=ram, swap=swap, gpus=tuple(gpus),
                       gpus_reason=gpus_reason, process=process)
 
     def _no_gpu_reason(self, nvidia_reason: str | None) -> str:

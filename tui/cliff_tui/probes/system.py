@@ -1,4 +1,5 @@
-"""System RAM, swap and one process's resident memory, through psutil (swap on Linux: see read_swap)."""
+"""System RAM, swap and one process's resident memory, through psutil (RAM and swap on Linux: see
+read_memory)."""
 
 from __future__ import annotations
 
@@ -14,21 +15,30 @@ _MEMINFO = "/proc/meminfo"
 CHILDREN_EVERY_S = 2.0
 
 
-def read_ram() -> RamReading:
+def read_memory() -> tuple[RamReading, SwapReading]:
+    """RAM and swap as psutil reports them. On Linux from one read of /proc/meminfo, the lines
+    psutil takes them from: psutil reads the file once for RAM and again for swap, and parses
+    /proc/vmstat too for page-in counts we do not show (most of a 4 Hz sample's cost). psutil
+    itself where the file is absent or lacks those lines, and for the odd MemAvailable values
+    it estimates around (0 on some kernels, above MemTotal in a container)."""
+    fields = _meminfo_kib(b"MemTotal:", b"MemAvailable:", b"SwapTotal:", b"SwapFree:")
+    if fields is None:
+        return _psutil_ram(), _psutil_swap()
+    total, available, swap_total, swap_free = (kib * 1024 for kib in fields)
+    swap = SwapReading(used_bytes=swap_total - swap_free, total_bytes=swap_total)
+    if not 0 < available <= total:
+        return _psutil_ram(), swap
+    # "used" = total − available, as psutil and free(1) count it: page cache and buffers the
+    # kernel can drop do not compete with a model.
+    return RamReading(used_bytes=total - available, total_bytes=total, available_bytes=available), swap
+
+
+def _psutil_ram() -> RamReading:
     vm = psutil.virtual_memory()
-    # psutil's "used" excludes page cache and buffers, which is what competes with a model.
-    return RamReading(used_bytes=int(vm.used), total_bytes=int(vm.total),
-                      available_bytes=int(vm.available))
+    return RamReading(used_bytes=int(vm.used), total_bytes=int(vm.total), available_bytes=int(vm.available))
 
 
-def read_swap() -> SwapReading:
-    """psutil's swap used/total. On Linux the two lines psutil takes them from are read directly:
-    ``swap_memory()`` also parses /proc/vmstat for page-in counts we do not show, which made it
-    60 % of a 4 Hz sample's cost."""
-    fields = _meminfo_kib(b"SwapTotal:", b"SwapFree:")
-    if fields is not None:
-        total, free = fields
-        return SwapReading(used_bytes=(total - free) * 1024, total_bytes=total * 1024)
+def _psutil_swap() -> SwapReading:
     sm = psutil.swap_memory()
     return SwapReading(used_bytes=int(sm.used), total_bytes=int(sm.total))
 
