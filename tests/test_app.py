@@ -200,7 +200,9 @@ async def test_a_killed_watch_recording_replays(tmp_path):
     path = tmp_path / "s.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.25",
                              "--record", str(path)], stdout=subprocess.DEVNULL)
-    time.sleep(2.5)
+    deadline = time.monotonic() + 60  # a loaded machine starts the interpreter slowly
+    while time.monotonic() < deadline and (not path.exists() or path.read_bytes().count(b'"type":"sample"') < 6):
+        time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     app = CliffApp(mode="replay", recording=open_recording(path), speed=16)
