@@ -8,7 +8,7 @@ followed process's RSS — plus a 74-second run in the middle (the demo GPU-clif
 start, buffer log, progress, decode windows, result). Reports the file size per hour.
 
 Then, each in a fresh interpreter (as ``cliff-tui replay FILE`` starts), alternating, --reps times:
-  (a) the app: import, ``open_recording``, ``Player``, and ``CliffApp(mode="replay", recording=…)``
+  (a) the app: import, ``open_recording``, ``Player``, and ``CliffApp("replay", Session(recording=…))``
       under ``run_test()`` (Textual's headless driver, 120×40) until the dashboard shows the first
       sample: the time to the first frame (goal ≤ 1 s), measured by the parent from the start of the
       child process to the child's signal, with the child's own breakdown;
@@ -52,7 +52,7 @@ PYCACHE = ROOT / "bench" / "out" / "pycache"
 
 
 def make_recording(path: Path, minutes: float, hz: float, n_gpus: int, seed: int = 1) -> dict:
-    from cliff_tui import demo
+    from cliff_tui.recording import demo
     from cliff_tui.events import GpuProcess, GpuReading, ProcessReading, RamReading, Sample, SwapReading
     from cliff_tui.probes.shared_vram import NVIDIA_LINUX_REASON
     from cliff_tui.recording.writer import Recorder
@@ -119,12 +119,13 @@ def child_app(path: str, ready_fd: int | None) -> dict:
     t = {"start": T_PROCESS}
     from cliff_tui.recording.player import Player  # noqa: F401 - imported as the app imports it
     from cliff_tui.recording.reader import open_recording
+    from cliff_tui.session import Session
     from cliff_tui.ui.app import CliffApp
 
     t["imported"] = time.perf_counter()
     recording = open_recording(path, lazy=True)  # as `cliff-tui replay` opens it
     t["opened"] = time.perf_counter()
-    app = CliffApp(mode="replay", recording=recording)  # builds the Player (filters the events)
+    app = CliffApp("replay", Session(recording=recording))  # builds the Player (filters the events)
     t["app_built"] = time.perf_counter()
 
     async def first_frame() -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from cliff_tui import demo
+from cliff_tui.recording import demo
 from cliff_tui.recording.reader import open_recording
+from cliff_tui.session import Session
 from cliff_tui.ui.app import CliffApp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,9 +27,9 @@ async def shoot(app: CliffApp, name: str, size: tuple[int, int], keys: tuple[str
 
 async def main() -> None:
     OUT.mkdir(exist_ok=True)
-    await shoot(CliffApp(mode="watch", preload=demo.cpu_watch()), "watch-cpu-only.svg", (80, 24))
-    await shoot(CliffApp(mode="run", preload=demo.gpu_cliff_run()), "run-gpu-cliff-demo.svg", (120, 40))
-    await shoot(CliffApp(mode="replay", recording=open_recording(TRIANGULATION)), "triangulate-smollm2.svg",
+    await shoot(CliffApp("watch", Session(preload=demo.cpu_watch())), "watch-cpu-only.svg", (80, 24))
+    await shoot(CliffApp("run", Session(preload=demo.gpu_cliff_run())), "run-gpu-cliff-demo.svg", (120, 40))
+    await shoot(CliffApp("replay", Session(recording=open_recording(TRIANGULATION))), "triangulate-smollm2.svg",
                 (170, 50), keys=("space", "end"))
 
 

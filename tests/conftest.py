@@ -45,3 +45,19 @@ def smollm2() -> Path:
     from cliff_tui.engine.default_model import default_model_path
 
     return default_model_path()
+
+
+@pytest.fixture
+def server():
+    """Start loopback fake servers (``server(llama, metrics_route)``); all stopped after the test."""
+    from fakes.http_server import FakeHttpServer
+
+    servers: list[FakeHttpServer] = []
+
+    def make(factory, *args, **kwargs) -> FakeHttpServer:
+        servers.append(factory(*args, **kwargs))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.stop()

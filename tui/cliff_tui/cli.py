@@ -7,20 +7,20 @@ be read (``attach --once``), 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 from typing import Sequence
 
 from cliff_tui import __version__
-from cliff_tui.engine.errors import BadInput, CliffError
+from cliff_tui.errors import BadInput, CliffError
 from cliff_tui.report import FORMATS
 from cliff_tui.units import parse_size, parse_tokens
 
 SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach")
 EXIT_BAD_INPUT = 2
 EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130
 
 
 def _positive_float(text: str) -> float:
@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cliff-tui: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -178,51 +178,52 @@ def cmd_watch(args: argparse.Namespace) -> int:
         print(json.dumps(sample_record(sample), indent=2) if args.json else watch_line(sample))
         return 0
     if not args.headless:
-        return _tui(args, job=None, sampler=sampler)
-    headless = Headless(sampler, args.interval)
-    with _recording(args, headless):
-        headless.watch(sys.stdout, args.json)
+        return _tui(args, _session(args, sampler=sampler))
+    Headless(_session(args, sampler=sampler, queued=False)).watch(sys.stdout, args.json)
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from cliff_tui.jobs import RunJob
+    from cliff_tui.jobs.run import RunJob
     from cliff_tui.report import RUN_COLUMNS, dumps, markdown_table, run_record, run_rows
 
-    job = RunJob(_run_settings(args, depth=args.depth))
+    session = _session(args, RunJob(_run_settings(args, depth=args.depth)), queued=not args.headless)
     if not args.headless:
-        return _tui(args, job)
-    _run_headless(args, job)
-    if job.result is None:
-        return 130
+        return _tui(args, session)
+    if _run_headless(session) == "cancelled" or not session.pipeline.results:
+        return EXIT_INTERRUPTED
+    result = session.pipeline.results[-1]
     if args.output == "md":
-        print(markdown_table(run_rows([job.result]), RUN_COLUMNS))
-        print(f"\nverdict: {job.result.verdict.level} — {job.result.verdict.text}")
+        print(markdown_table(run_rows([result]), RUN_COLUMNS))
+        print(f"\nverdict: {result.verdict.level} — {result.verdict.text}")
     else:
-        print(dumps([run_record(job.result)], args.output))
+        print(dumps([run_record(result)], args.output))
     return 0
 
 
 def cmd_triangulate(args: argparse.Namespace) -> int:
-    from cliff_tui.triangulate import TriangulateJob, triangulation_output
+    from cliff_tui.jobs.triangulate import TriangulateJob
+    from cliff_tui.report import triangulation_output
 
     job = TriangulateJob(_run_settings(args, depth=0), depths=args.depths, target=args.target,
                          reserve=args.reserve, kv_types=_kv_types(args), budget_s=args.budget,
                          chain=not args.no_chain)
+    session = _session(args, job, queued=not args.headless)
     if not args.headless:
-        return _tui(args, job)
-    headless = _run_headless(args, job)
-    if job.cancelled:
-        return 130
-    print(triangulation_output(headless.pipeline, args.output))
+        return _tui(args, session)
+    if _run_headless(session) == "cancelled":
+        return EXIT_INTERRUPTED
+    print(triangulation_output(session.pipeline, args.output))
     return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from cliff_tui.recording.reader import open_recording
+    from cliff_tui.session import Session
     from cliff_tui.ui.app import CliffApp
 
-    app = CliffApp(mode="replay", recording=open_recording(args.file, lazy=True), speed=args.speed)
+    session = Session(recording=open_recording(args.file, lazy=True), speed=args.speed)
+    app = CliffApp("replay", session)
     app.run()
     return app.return_code or 0
 
@@ -235,7 +236,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from cliff_tui.attach import AttachJob, attach_once
+    from cliff_tui.jobs.attach import AttachJob, attach_once
 
     job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout)
     sampler = _sampler_for(job, pid=args.pid)
@@ -243,7 +244,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         record, ok = attach_once(job, sampler)
         print(json.dumps(record, indent=2))
         return 0 if ok else EXIT_UNREACHABLE
-    return _tui(args, job, sampler)
+    return _tui(args, _session(args, job, sampler=sampler))
 
 
 # --- plumbing ---------------------------------------------------------------------------------
@@ -278,38 +279,34 @@ def _sampler_for(job, pid: int | None = None):
     """The dashboard follows ``--pid``, else this process when the job runs the model here."""
     from cliff_tui.probes.sampler import Sampler
 
-    if pid is None and getattr(job, "follows_own_process", False):
+    if pid is None and job is not None and job.follows_own_process:
         pid = os.getpid()
     return Sampler(pid=pid)
 
 
-def _recording(args: argparse.Namespace, headless=None):
-    """``--record FILE``: a recorder subscribed to the bus (closed on exit), or nothing."""
-    if not getattr(args, "record", None):
-        return contextlib.nullcontext()
-    from cliff_tui.recording.writer import Recorder
+def _session(args: argparse.Namespace, job=None, *, sampler=None, queued: bool = True):
+    """The session a command runs: its job, the sampler that follows it, and ``--record FILE``."""
+    from cliff_tui.session import Session
 
-    recorder = Recorder.create(args.record, command=sys.argv[1:], force=args.force, record_text=args.record_text)
-    if headless is not None:
-        headless.bus.subscribe(recorder.write)
-    return recorder
+    recorder = None
+    if getattr(args, "record", None):
+        from cliff_tui.recording.writer import Recorder
+
+        recorder = Recorder.create(args.record, command=sys.argv[1:], force=args.force,
+                                   record_text=args.record_text)
+    return Session(sampler=sampler or _sampler_for(job), job=job, interval=args.interval, recorder=recorder,
+                   queued=queued)
 
 
-def _run_headless(args: argparse.Namespace, job):
+def _run_headless(session) -> str:
     from cliff_tui.headless import Headless
 
-    headless = Headless(_sampler_for(job), args.interval)
-    with _recording(args, headless):
-        headless.run_job(job)
-    return headless
+    return Headless(session).run_job()
 
 
-def _tui(args: argparse.Namespace, job, sampler=None) -> int:
+def _tui(args: argparse.Namespace, session) -> int:
     from cliff_tui.ui.app import CliffApp
 
-    recorder = _recording(args)
-    app = CliffApp(mode=args.command, sampler=sampler or _sampler_for(job), job=job, interval=args.interval,
-                   recorder=recorder if getattr(args, "record", None) else None,
-                   record_text=getattr(args, "record_text", False))
+    app = CliffApp(args.command, session, record_text=getattr(args, "record_text", False))
     app.run()
     return app.return_code or 0

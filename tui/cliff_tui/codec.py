@@ -11,7 +11,7 @@ import math
 import types
 import typing
 from functools import lru_cache
-from typing import Any, Callable, Union
+from typing import Any, Callable, Literal, Union
 
 from cliff_tui.events import EVENT_NAMES, EVENT_TYPES
 
@@ -84,9 +84,23 @@ def _decoder(tp: Any) -> Decoder:
         return _tuple_decoder(typing.get_args(tp))
     if origin is dict:
         return _dict_decoder(typing.get_args(tp)[1])
+    if origin is Literal:
+        return _literal_decoder(typing.get_args(tp))
     if tp is Any:
         return lambda value: value
     return _SCALARS[tp]
+
+
+def _literal_decoder(words: tuple) -> Decoder:
+    allowed = frozenset(words)
+    shown = ", ".join(repr(w) for w in words)
+
+    def decode(value: Any) -> Any:
+        if type(value) is not str or value not in allowed:
+            raise _Bad(f"must be one of {shown}, not {value!r:.40}")
+        return value
+
+    return decode
 
 
 def _union_decoder(args: tuple) -> Decoder:

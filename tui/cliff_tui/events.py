@@ -9,7 +9,22 @@ the record's ``reasons`` mapping, never a fake zero.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Literal, Union
+
+# --- the words a record may hold (the codec refuses any other in a recording) ---------------------
+
+FlashAttn = Literal["on", "off", "auto"]
+DecodePhase = Literal["baseline", "probe", "depth"]
+RunPhase = Literal["load", "baseline", "prefill", "decode", "done"]
+FailureKind = Literal["does_not_fit", "bad_input", "cancelled", "error"]
+VerdictLevel = Literal["ok", "amber", "red", "unknown"]
+AlertLevel = Literal["info", "amber", "red", "ok"]
+NoticeLevel = Literal["info", "warning"]
+ServerKind = Literal["llama-server", "ollama"]
+ServerStatus = Literal["ok", "unreachable", "no-metrics", "not-llama", "error"]
+BufferKind = Literal["model", "kv", "compute", "output", "recurrent"]
+
+ATTACH_RUN_ID = "attach"  # the run_id of an attached server's DecodeWindows
 
 
 # --- readings ---------------------------------------------------------------------------------
@@ -116,7 +131,7 @@ class RunSettings:
     n_gpu_layers: int = -1
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
-    flash_attn: str = "auto"
+    flash_attn: FlashAttn = "auto"
     threads: int | None = None
     batch_size: int = 2048
     ubatch_size: int = 512
@@ -135,7 +150,7 @@ class BufferSize:
     """One line of llama.cpp's buffer log: ``<device> <kind> buffer size = X MiB``."""
 
     device: str
-    kind: str
+    kind: BufferKind
     bytes: int
 
 
@@ -146,7 +161,7 @@ class DecodePoint:
     depth: int
     ms_per_token: float
     n_tokens: int
-    phase: str = "probe"
+    phase: DecodePhase = "probe"
 
 
 @dataclass(frozen=True)
@@ -177,7 +192,7 @@ class GpuDelta:
 class SpeedVerdict:
     """Sign 3: the measured slowdown set against the decline that depth alone explains."""
 
-    level: str  # "ok" | "amber" | "red" | "unknown"
+    level: VerdictLevel
     text: str
     raw_drop_pct: float | None
     expected_tok_s: float | None
@@ -262,7 +277,7 @@ class BuffersReported:
 class RunProgress:
     t: float
     run_id: str
-    phase: str  # "load" | "baseline" | "prefill" | "decode" | "done"
+    phase: RunPhase
     depth: int
     depth_target: int
     prefill_tok_s: float | None = None
@@ -275,7 +290,7 @@ class DecodeWindow:
 
     t: float
     run_id: str
-    phase: str  # "baseline" | "probe" | "depth"
+    phase: DecodePhase
     depth: int
     n_tokens: int
     tok_s: float
@@ -301,7 +316,7 @@ class RunFinished:
 class RunFailed:
     t: float
     run_id: str
-    kind: str  # "does_not_fit" | "bad_input" | "cancelled" | "error"
+    kind: FailureKind
     message: str
     n_ctx: int | None = None
     depth: int | None = None
@@ -323,7 +338,7 @@ class TriangulationPlanned:
 class Alert:
     t: float
     sign: int
-    level: str  # "info" | "amber" | "red" | "ok"
+    level: AlertLevel
     message: str
 
 
@@ -338,7 +353,7 @@ class LogLine:
 class Notice:
     t: float
     text: str
-    level: str = "info"
+    level: NoticeLevel = "info"
 
 
 # --- an attached server -----------------------------------------------------------------------
@@ -365,9 +380,9 @@ class SessionReading:
     """What an attached llama-server or Ollama reported at ``t``."""
 
     t: float
-    source: str  # "llama-server" | "ollama"
+    source: ServerKind
     url: str
-    status: str  # "ok" | "unreachable" | "no-metrics" | "not-llama" | "error"
+    status: ServerStatus
     message: str = ""
     tokens_predicted_total: float | None = None
     tokens_predicted_seconds_total: float | None = None

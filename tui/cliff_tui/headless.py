@@ -1,6 +1,7 @@
-"""The pipeline with no screen: samples and a job on threads, results printed at the end.
+"""A session with no screen: progress and alerts on stderr, samples or results on stdout.
 
-Used by ``--once``, ``--headless`` and scripts; the same bus, pipeline and jobs as the TUI.
+Used by ``--headless`` and scripts; the same session (bus, pipeline, sampler, job, recorder) as the
+TUI, fed directly on the producers' threads.
 """
 
 from __future__ import annotations
@@ -13,55 +14,26 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, TextIO
 
-from cliff_tui.bus import EventBus
 from cliff_tui.events import Alert, Notice, RunFailed, RunProgress, Sample
-from cliff_tui.engine.priority import lower_other_threads
-from cliff_tui.jobs import Job
-from cliff_tui.pipeline import Pipeline
-from cliff_tui.probes.sampler import Sampler, SamplerThread
+from cliff_tui.jobs import Outcome
 from cliff_tui.report import sample_record
+from cliff_tui.session import Session
 from cliff_tui.units import fmt_bytes, fmt_duration
 
 
 class Headless:
-    def __init__(self, sampler: Sampler, interval: float, *, pipeline: Pipeline | None = None,
-                 stderr: TextIO = sys.stderr) -> None:
-        self.bus = EventBus()
-        self.pipeline = pipeline or Pipeline()
-        self.sampler = sampler
-        self.interval = interval
+    def __init__(self, session: Session, *, stderr: TextIO = sys.stderr) -> None:
+        self.session = session
         self.stderr = stderr
-        self.cancel = threading.Event()
-        self._lock = threading.Lock()
         self._last_prefill_print = 0.0
-        self.bus.subscribe(self._feed)
 
-    def _feed(self, event: object) -> None:
-        with self._lock:
-            alerts = self.pipeline.feed(event)
-        for alert in alerts:
-            self.bus.publish(alert)
-
-    def publish(self, event: object) -> None:
-        self.bus.publish(event)
-
-    @contextmanager
-    def sampling(self) -> Iterator[None]:
-        thread = SamplerThread(self.sampler, self.publish, self.interval).start()
-        try:
-            yield
-        finally:
-            thread.stop()
-
-    def run_job(self, job: Job, progress: bool = True) -> None:
-        """Run ``job`` to the end with sampling on; progress lines go to stderr."""
+    def run_job(self, progress: bool = True) -> Outcome:
+        """Run the session's job to the end with sampling on; progress lines go to stderr."""
         if progress:
-            self.bus.subscribe(self._print_progress)
-        if hasattr(job, "on_worker"):
-            job.on_worker = self.sampler.set_pid
-        with stop_on_signals(self.cancel), self.sampling():
-            lower_other_threads()  # the sampler yields to the engine this thread runs
-            job.run(self.publish, self.cancel)
+            self.session.bus.subscribe(self._print_progress)
+            self.session.alert_listeners.append(self._print_progress)
+        with stop_on_signals(self.session.cancel), self.session:
+            return self.session.run_job()
 
     def _print_progress(self, event: object) -> None:
         if isinstance(event, RunProgress) and event.phase in ("load", "baseline", "decode", "done"):
@@ -85,9 +57,9 @@ class Headless:
             if isinstance(event, Sample):
                 print(json.dumps(sample_record(event)) if as_json else watch_line(event), file=out, flush=True)
 
-        self.bus.subscribe(show)
-        with stop_on_signals(self.cancel), self.sampling():
-            while not self.cancel.wait(0.2):
+        self.session.bus.subscribe(show)
+        with stop_on_signals(self.session.cancel), self.session:
+            while not self.session.cancel.wait(0.2):
                 pass
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
 
 DEFAULT_CAPACITY = 3600  # 15 minutes at 4 Hz
 
@@ -64,5 +63,3 @@ class History:
     def get(self, name: str) -> Series:
         return self._series.get(name) or Series(1)
 
-    def names(self) -> Iterable[str]:
-        return self._series.keys()

@@ -13,19 +13,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.analysis.session import SessionRateMeter, SessionRates
+from cliff_tui.analysis.buffers import kv_device
+from cliff_tui.analysis.server_rates import SessionRateMeter, SessionRates
 from cliff_tui.analysis.signs import SignState, SpillBaselines, ram_trend, sign1, sign2, sign3
 from cliff_tui.analysis.speed import classify_speed
 from cliff_tui.analysis.theory import kv_bytes_per_token
 from cliff_tui.analysis.triangulation import Triangulation, gpu_index_of, triangulate
 from cliff_tui.events import (
-    Alert, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice, RunFailed,
+    ATTACH_RUN_ID, Alert, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice, RunFailed,
     RunFinished, RunProgress, RunResult, RunStarted, Sample, SessionReading, SpeedVerdict, TriangulationPlanned,
 )
 from cliff_tui.history import DEFAULT_CAPACITY, History
 
 GENERATING_PHASES = ("baseline", "decode")
-ATTACH_RUN_ID = "attach"  # DecodeWindows of an attached server's live rate (see cliff_tui.attach)
 
 
 @dataclass
@@ -39,8 +39,7 @@ class RunView:
 
     @property
     def kv_device(self) -> str | None:
-        kv = [b for b in self.buffers if b.kind == "kv"]
-        return max(kv, key=lambda b: b.bytes).device if kv else None
+        return kv_device(self.buffers)
 
     @property
     def finished(self) -> bool:
@@ -169,22 +168,14 @@ class Pipeline:
         self._triangulations = None
 
     def _on_session(self, e: SessionReading) -> None:
+        """Kept for the screen; the server's decode rate arrives as DecodeWindows of its own."""
         key = (e.source, e.url)
         self.sessions[key] = e
         rates = self._session_meters.setdefault(key, SessionRateMeter()).update(e)
         if e.source == "ollama" and any(source != "ollama" for source, _ in self.sessions):
-            return  # llama-server's reading carries the tok/s; Ollama's models stay in `sessions`
+            return  # llama-server's reading carries the rates; Ollama's models stay in `sessions`
         self.session = e
         self.session_rates = rates
-        rate = rates.decode_tok_s
-        if e.status == "ok" and rate is not None and self._session_rate_is_new(e):
-            self.history.add("tok_s", e.t, rate)
-            used = max((s.tokens_used or 0 for s in e.slots), default=0)
-            self._session_points.append(DecodePoint(used, 1000.0 / rate, 1, "depth"))
-
-    def _session_rate_is_new(self, e: SessionReading) -> bool:
-        series = self.history.get("tok_s")
-        return not series.values or series.last != self.session_rates.decode_tok_s
 
     _HANDLERS: dict[type, Any] = {
         Sample: _on_sample,

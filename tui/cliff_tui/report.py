@@ -9,9 +9,10 @@ import json
 from typing import Any, Iterable, Sequence
 
 from cliff_tui.analysis.theory import expected_ratio, known_differences
-from cliff_tui.analysis.triangulation import Triangulation, memory_point
+from cliff_tui.analysis.triangulation import Slope, Triangulation, memory_point
 from cliff_tui.codec import to_plain
 from cliff_tui.events import ModelInfo, RunFailed, RunResult, Sample
+from cliff_tui.pipeline import Pipeline
 from cliff_tui.units import fmt_bytes, fmt_pct, fmt_tok_s
 
 FORMATS = ("md", "csv", "json", "jsonl")
@@ -154,12 +155,17 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _csv(records: list[dict[str, Any]]) -> str:
-    rows = [flatten({k: v for k, v in r.items() if k not in ("decode_points", "runs", "checks")}) for r in records]
+    return csv_table([flatten({k: v for k, v in r.items() if k not in ("decode_points", "runs", "checks")})
+                      for r in records])
+
+
+def csv_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Rows as CSV; the columns are every key in the order first seen (rows may differ)."""
     columns: list[str] = []
     for row in rows:
         columns.extend(c for c in row if c not in columns)
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns or ["t"], lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue().rstrip("\n")
@@ -224,7 +230,7 @@ def triangulation_markdown(tris: dict[str, Triangulation], results: Sequence[Run
         lines.append(f"- n_ctx {f.n_ctx or '?'}: {f.kind.replace('_', ' ')} — {f.message}")
     for key, tri in tris.items():
         lines += [f"**{key}** — {tri.verdict}", ""]
-        lines.append(f"- slope touched: {_slope(tri.touched)}; allocated: {_slope(tri.allocated)}")
+        lines.append(f"- slope touched: {fmt_slope(tri.touched)}; allocated: {fmt_slope(tri.allocated)}")
         if tri.theory_bytes_per_token:
             lines.append(f"- textbook KV: {tri.theory_bytes_per_token / 1024:.2f} KiB/token")
         p = tri.projection
@@ -242,7 +248,36 @@ def triangulation_markdown(tris: dict[str, Triangulation], results: Sequence[Run
     return "\n".join(lines).rstrip()
 
 
-def _slope(slope) -> str:
+def fmt_slope(slope: Slope, short: bool = False) -> str:
+    """``22.50 KiB/token (22.0 MiB per 1k tokens)``; ``short``: ``22.5 KiB/tok (22.0 MiB/1k)``."""
     if slope.bytes_per_token is None:
         return "–"
+    if short:
+        return f"{slope.kib_per_token:.1f} KiB/tok ({slope.mib_per_1k_tokens:.1f} MiB/1k)"
     return f"{slope.kib_per_token:.2f} KiB/token ({slope.mib_per_1k_tokens:.1f} MiB per 1k tokens)"
+
+
+def triangulation_output(pipeline: Pipeline, fmt: str) -> str:
+    """A triangulation's runs, slopes and projection in a headless format."""
+    tris = pipeline.triangulations()
+    results, failures = pipeline.results, pipeline.failures
+    if fmt == "md":
+        plan = pipeline.plan
+        head = f"depths: {', '.join(f'{d:,}' for d in plan.depths)}\n\n" if plan else ""
+        return head + triangulation_markdown(tris, results, failures)
+    if fmt == "csv":
+        return dumps([run_record(r) for r in results], "csv")
+    groups = pipeline.run_groups()
+    records = [triangulation_record(tri, groups[key].results, groups[key].failures, groups[key].model)
+               for key, tri in tris.items()]
+    if fmt == "jsonl":
+        lines = [dumps([run_record(r)], "jsonl") for r in results]
+        lines += [dumps([{"type": "triangulation", **rec}], "jsonl") for rec in records]
+        return "\n".join(lines)
+    top = dict(records[0]) if records else {"runs": [], "failures": [failure_record(f) for f in failures]}
+    if pipeline.plan is not None:
+        top["plan"] = {"depths": list(pipeline.plan.depths), "note": pipeline.plan.note}
+    if len(records) > 1:
+        top["kv_compare"] = records
+        top["kv_ratios"] = kv_ratios(tris)
+    return dumps([top], "json")

@@ -55,16 +55,6 @@ def fmt_duration(seconds: float | None, na: str = "–") -> str:
     return f"{s}s"
 
 
-def fmt_tokens(n: int | None, na: str = "–") -> str:
-    if n is None:
-        return na
-    if n >= 1000 and n % 1000 == 0:
-        return f"{n // 1000}k"
-    if n >= 10_000:
-        return f"{n / 1000:.1f}k"
-    return str(n)
-
-
 def parse_tokens(text: str) -> int:
     """``16k`` → 16000, ``65k`` → 65000 (the seed's depths), ``2048`` → 2048."""
     text = text.strip().lower()

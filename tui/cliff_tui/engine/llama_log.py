@@ -19,6 +19,7 @@ from collections import deque
 from typing import Callable
 
 from cliff_tui.events import BufferSize, LogLine
+from cliff_tui.units import MiB
 
 BUFFER_RE = re.compile(r"(?P<device>[A-Za-z][\w.-]*)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*"
                        r"(?P<mib>[0-9]+(?:\.[0-9]+)?)\s*MiB")
@@ -34,7 +35,7 @@ def parse_buffer_line(text: str) -> BufferSize | None:
     if not match:
         return None
     return BufferSize(device=match["device"], kind=KIND_NAMES[match["kind"]],
-                      bytes=round(float(match["mib"]) * 1024 * 1024))
+                      bytes=round(float(match["mib"]) * MiB))
 
 
 def parse_flash_attn(text: str) -> bool | None:

@@ -20,7 +20,6 @@ class MemoryTracker:
         self._process_gpu_peak: int | None = None
         self._steady: list[int] | None = None
         self.throttle_seen: set[str] = set()
-        self.last: Sample | None = None
 
     def mark_baseline(self, sample: Sample) -> None:
         with self._lock:
@@ -40,7 +39,6 @@ class MemoryTracker:
 
     def observe(self, sample: Sample) -> None:
         with self._lock:
-            self.last = sample
             if self.baseline is None:
                 return
             self._ram_peak = max(self._ram_peak, sample.ram.used_bytes)

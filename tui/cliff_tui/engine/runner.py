@@ -18,9 +18,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
+from cliff_tui.analysis.buffers import by_kind, kv_device
 from cliff_tui.analysis.speed import classify_speed, window_rate
 from cliff_tui.analysis.theory import CACHE_TYPE_BYTES, kv_bytes_per_token, pad_n_ctx
-from cliff_tui.engine.errors import BadInput, Cancelled, CliffError, DoesNotFit
+from cliff_tui.errors import BadInput, Cancelled, CliffError, DoesNotFit
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.llama import Context, LoadedModel, supports_gpu_offload
 from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line, parse_flash_attn
@@ -176,7 +177,11 @@ class Run:
 
     def _prefill(self, model: LoadedModel, context: Context) -> tuple[int, float | None, list[DecodePoint]]:
         s, opt = self.settings, self.options
-        tokens = prompt_tokens(model, s.depth, s.prompt_file)
+        prompt = prompt_tokens(model, s.depth, s.prompt_file)
+        note = prompt.repetition_note()
+        if note is not None:
+            self.publish(Notice(time.time(), note))
+        tokens = prompt.tokens
         reached = 0
         if opt.state_in:
             reached = min(context.load_state(opt.state_in), s.depth)
@@ -231,15 +236,9 @@ class Run:
         durations: list[float] = []
         window: list[float] = []
         text: list[str] = []
-        token = context.greedy_token()
         start_depth = context.used_cells()
-        for i in range(n):
-            self._check_cancel()
-            t = time.perf_counter()
-            context.decode((token,))
-            context.synchronize()
-            token = context.greedy_token()
-            dt = time.perf_counter() - t
+        self._check_cancel()
+        for i, (token, dt) in enumerate(context.timed_greedy_decode(n)):
             durations.append(dt)
             window.append(dt)
             if emit_text:
@@ -253,6 +252,8 @@ class Run:
                 window, text = [], []
                 if phase == "depth":
                     self._progress("decode", start_depth + i + 1, eta_s=(n - i - 1) / rate if rate else None)
+            if i < n - 1:
+                self._check_cancel()
         return durations
 
     # --- helpers --------------------------------------------------------------------------
@@ -299,15 +300,11 @@ class Run:
                 started_from: int, points, verdict, elapsed: float) -> RunResult:
         t = self.tracker
         base = t.baseline
-        by_kind: dict[str, dict[str, int]] = {"model": {}, "kv": {}, "compute": {}}
-        for b in self.buffers:
-            if b.kind in by_kind:
-                by_kind[b.kind][b.device] = by_kind[b.kind].get(b.device, 0) + b.bytes
-        kv_device = max(by_kind["kv"], key=by_kind["kv"].get) if by_kind["kv"] else None
+        sizes = by_kind(self.buffers)
         return RunResult(
             run_id=self.run_id, settings=self.settings, model_name=info.name, n_ctx=n_ctx,
-            depth=self.settings.depth, n_gen=self.settings.n_gen, kv_device=kv_device,
-            kv_buffers=by_kind["kv"], model_buffers=by_kind["model"], compute_buffers=by_kind["compute"],
+            depth=self.settings.depth, n_gen=self.settings.n_gen, kv_device=kv_device(self.buffers),
+            kv_buffers=sizes["kv"], model_buffers=sizes["model"], compute_buffers=sizes["compute"],
             baseline_tok_s=baseline_tok_s, depth_tok_s=depth_tok_s, prefill_tok_s=prefill_tok_s,
             prefilled_tokens=self.settings.depth - started_from, decode_points=tuple(points), verdict=verdict,
             ram_baseline_bytes=base.ram.used_bytes, ram_peak_bytes=t.ram_peak,

@@ -3,9 +3,10 @@ repeated to the depth asked for. Deterministic, so runs compare."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from cliff_tui.engine.errors import BadInput
+from cliff_tui.errors import BadInput, file_error
 
 BUILTIN_TEXT = """\
 A memory hierarchy trades capacity for speed. Registers answer in a cycle, caches in a few,
@@ -25,25 +26,39 @@ see where the line meets the capacity of the fast level.
 MINIMAL_PROMPT = "The"
 
 
-def prompt_tokens(model, depth: int, prompt_file: str | None = None) -> list[int]:
+@dataclass(frozen=True)
+class Prompt:
+    tokens: list[int]
+    document: str | None  # the --prompt-file, or None for the built-in text
+    document_tokens: int  # one copy of the text, BOS included
+
+    def repetition_note(self) -> str | None:
+        """Said when a document was shorter than the depth and had to be repeated."""
+        if self.document is None or len(self.tokens) <= self.document_tokens:
+            return None
+        times = len(self.tokens) / self.document_tokens
+        return (f"{Path(self.document).name}: {self.document_tokens:,} tokens, repeated ×{times:.2f} "
+                f"to reach {len(self.tokens):,}")
+
+
+def prompt_tokens(model, depth: int, prompt_file: str | None = None) -> Prompt:
     """``depth`` tokens, starting with BOS: the document repeated as often as needed."""
     text = read_prompt_file(prompt_file) if prompt_file else BUILTIN_TEXT
     body = model.tokenize(text, add_bos=False)
     if not body:
         raise BadInput(f"{prompt_file} holds no text to tokenize: pass a real document with --prompt-file")
     out = model.tokenize(text, add_bos=True)  # BOS where the model's vocab asks for one
+    one_copy = len(out)
     while len(out) < depth:
         out.extend(body[: depth - len(out)])
-    return out[:depth]
+    return Prompt(out[:depth], prompt_file, one_copy)
 
 
 def read_prompt_file(path: str) -> str:
     p = Path(path)
     try:
         return p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"prompt file not found: {p}") from None
     except UnicodeDecodeError:
         raise BadInput(f"{p} is not UTF-8 text: --prompt-file takes a text document") from None
     except OSError as exc:
-        raise BadInput(f"cannot read {p}: {exc.strerror or exc}") from None
+        raise file_error(exc, p, "prompt file") from None

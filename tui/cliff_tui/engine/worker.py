@@ -48,7 +48,7 @@ class PrefillProfile:
 
 
 def _run_point_main(settings: RunSettings, options: Any, conn: Any) -> None:
-    from cliff_tui.engine.errors import CliffError
+    from cliff_tui.errors import CliffError
     from cliff_tui.engine.runner import Run
 
     try:
@@ -61,7 +61,7 @@ def _run_point_main(settings: RunSettings, options: Any, conn: Any) -> None:
 
 def _calibrate_main(settings: RunSettings, tokens: int, chunk: int, conn: Any) -> None:
     from cliff_tui.analysis.speed import fit_line
-    from cliff_tui.engine.errors import CliffError
+    from cliff_tui.errors import CliffError
     from cliff_tui.engine.llama import Context, LoadedModel
     from cliff_tui.engine.runner import context_size, resolve_settings
     from cliff_tui.engine.tokens import prompt_tokens
@@ -72,7 +72,7 @@ def _calibrate_main(settings: RunSettings, tokens: int, chunk: int, conn: Any) -
         model = LoadedModel(settings.model_path, settings.n_gpu_layers)
         load_s = time.perf_counter() - t0
         context = Context(model, context_size(settings), settings)
-        ids = prompt_tokens(model, tokens, settings.prompt_file)
+        ids = prompt_tokens(model, tokens, settings.prompt_file).tokens
         context.decode(ids[:16])
         shallow = _decode_seconds(context, 9)
         context.truncate(16)
@@ -99,14 +99,7 @@ def _calibrate_main(settings: RunSettings, tokens: int, chunk: int, conn: Any) -
 
 def _decode_seconds(context: Any, n: int) -> float:
     """Median seconds per greedy decode step over ``n`` tokens (the first pays for warm-up)."""
-    durations = []
-    token = context.greedy_token()
-    for _ in range(n):
-        t = time.perf_counter()
-        context.decode((token,))
-        context.synchronize()
-        token = context.greedy_token()
-        durations.append(time.perf_counter() - t)
+    durations = [seconds for _, seconds in context.timed_greedy_decode(n)]
     rest = sorted(durations[1:])
     return rest[len(rest) // 2]
 

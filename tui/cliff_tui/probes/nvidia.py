@@ -14,8 +14,6 @@ from typing import Any, Callable
 
 from cliff_tui.events import GpuProcess, GpuReading
 
-_SKIP = object()  # a field known to be unsupported: do not ask again
-
 # nvmlClocksEventReason* bits → the words a user acts on.
 _CLOCK_EVENT_BITS = {
     0x0000000000000001: "idle",
@@ -28,8 +26,6 @@ _CLOCK_EVENT_BITS = {
     0x0000000000000080: "power brake",
     0x0000000000000100: "display clocks",
 }
-THERMAL_REASONS = frozenset({"thermal (sw)", "thermal (hw)", "hw slowdown"})
-POWER_REASONS = frozenset({"power cap", "power brake"})
 
 
 def _import_pynvml() -> ModuleType:

@@ -20,7 +20,6 @@ NVIDIA_LINUX_REASON = (
     "allocation instead; CUDA unified memory is not reported by NVML)"
 )
 APPLE_REASON = "not available: Apple silicon has one unified memory; watch system RAM instead"
-NO_GPU_REASON = "not available: no GPU on this machine"
 
 
 class SharedVramBackend(Protocol):

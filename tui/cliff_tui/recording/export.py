@@ -4,8 +4,6 @@ triangulation are recomputed, not copied."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import time
 from typing import Any
@@ -13,10 +11,11 @@ from typing import Any
 from cliff_tui.events import Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import Recording, open_recording
-from cliff_tui.report import RUN_COLUMNS, failure_record, markdown_table, run_record, run_rows, sample_record
+from cliff_tui.report import (
+    RUN_COLUMNS, csv_table, failure_record, markdown_table, run_record, run_rows, sample_record,
+    triangulation_markdown, triangulation_output,
+)
 from cliff_tui.units import fmt_bytes, fmt_duration
-
-TABLES = ("samples", "runs", "alerts")
 
 
 def export(path: str, fmt: str, table: str = "samples") -> str:
@@ -65,19 +64,10 @@ def _csv(recording: Recording, pipeline: Pipeline, table: str) -> str:
         rows = [{"t": a.t, "sign": a.sign, "level": a.level, "message": a.message} for a in pipeline.alerts]
     else:
         rows = [sample_row(s) for s in samples(recording)]
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(c for c in row if c not in columns)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns or ["t"], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue().rstrip("\n")
+    return csv_table(rows)
 
 
 def _json(recording: Recording, pipeline: Pipeline) -> dict[str, Any]:
-    from cliff_tui.triangulate import triangulation_output
-
     triangulation = json.loads(triangulation_output(pipeline, "json")) if pipeline.results else None
     return {
         "header": recording.header,
@@ -91,8 +81,6 @@ def _json(recording: Recording, pipeline: Pipeline) -> dict[str, Any]:
 
 
 def _markdown(recording: Recording, pipeline: Pipeline) -> str:
-    from cliff_tui.report import triangulation_markdown
-
     h = recording.header
     ss = samples(recording)
     lines = [f"# cliff-tui recording: {recording.path}", ""]

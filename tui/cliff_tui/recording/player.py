@@ -1,18 +1,29 @@
-"""Replay a recording through a :class:`Pipeline` on a clock of its own: play, pause, speed,
-step and seek. The detectors recompute the signs from the recorded samples."""
+"""A recording's clock: play, pause, speed, step and seek.
+
+The player only says which events come next; the session feeds them into its pipeline, where the
+detectors recompute the signs from the recorded samples. A seek backward tells the session to
+start a new pipeline (``Seek.rebuild``)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cliff_tui.events import Alert, Sample
-from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import Recording
 from cliff_tui.units import fmt_duration
 
 SPEEDS = (1, 4, 16)
+
+
+@dataclass(frozen=True)
+class Seek:
+    """Where a seek landed: the events to feed, and whether to feed them into a new pipeline."""
+
+    rebuild: bool
+    events: list[Any]
 
 
 class Player:
@@ -26,7 +37,6 @@ class Player:
         self.position = self.t_start
         self.cursor = 0
         self._wall: float | None = None
-        self.pipeline = Pipeline()
 
     # --- the clock ------------------------------------------------------------------------
 
@@ -43,10 +53,11 @@ class Player:
         self._wall = now
         return self._take_until(self.position)
 
-    def toggle(self, now: float) -> None:
-        if not self.playing and self.position >= self.t_end:
-            self.seek_to(self.t_start, now)
+    def toggle(self, now: float) -> Seek | None:
+        """Play or pause; playing at the end starts again from the beginning (a :class:`Seek`)."""
+        seek = self.seek_to(self.t_start, now) if not self.playing and self.position >= self.t_end else None
         self.playing, self._wall = not self.playing, now
+        return seek
 
     def cycle_speed(self, now: float) -> None:
         self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)]
@@ -66,24 +77,21 @@ class Player:
                 break
         return out
 
-    def seek_to(self, t: float, now: float) -> None:
-        """Move to ``t`` announcing no alerts: forward, the pipeline takes the events in between;
-        backward, it is rebuilt from the start."""
+    def seek_to(self, t: float, now: float) -> Seek:
+        """Move to ``t``: forward, the events in between; backward, every event from the start."""
         target = min(max(t, self.t_start), self.t_end)
-        if target < self.position:
-            self.pipeline = Pipeline()
+        rebuild = target < self.position
+        if rebuild:
             self.cursor = 0
         self.position = target
-        for event in self._take_until(self.position):
-            self.pipeline.feed(event, signs=False)
-        self.pipeline.refresh_signs()
         self._wall = now
+        return Seek(rebuild, self._take_until(self.position))
 
-    def seek_by(self, seconds: float, now: float) -> None:
-        self.seek_to(self.position + seconds, now)
+    def seek_by(self, seconds: float, now: float) -> Seek:
+        return self.seek_to(self.position + seconds, now)
 
-    def seek_fraction(self, fraction: float, now: float) -> None:
-        self.seek_to(self.t_start + fraction * (self.t_end - self.t_start), now)
+    def seek_fraction(self, fraction: float, now: float) -> Seek:
+        return self.seek_to(self.t_start + fraction * (self.t_end - self.t_start), now)
 
     def _take_until(self, t: float) -> list[Any]:
         out = []

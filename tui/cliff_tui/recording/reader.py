@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cliff_tui.codec import DecodeError, event_from_plain
-from cliff_tui.engine.errors import BadInput
+from cliff_tui.errors import BadInput, file_error
 from cliff_tui.recording.schema import FORMAT, SCHEMA_VERSION
 
 _T_PREFIX = re.compile(rb'\{"t":\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)[,}]')
@@ -83,12 +83,8 @@ def open_recording(path: str | Path, *, lazy: bool = False) -> Recording:
     p = Path(path)
     try:
         data = p.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(f"recording not found: {p}") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p} is a directory, not a recording") from None
     except OSError as exc:
-        raise BadInput(f"cannot read {p}: {exc.strerror or exc}") from None
+        raise file_error(exc, p, "recording") from None
     return parse_recording(data, str(p), lazy=lazy)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cliff_tui.codec import event_to_plain
-from cliff_tui.engine.errors import BadInput
+from cliff_tui.errors import file_error
 from cliff_tui.events import GeneratedText, RunFinished
 from cliff_tui.recording.schema import make_header
 
@@ -33,10 +33,8 @@ class Recorder:
         path = Path(path)
         try:
             handle = path.open("w" if force else "x", encoding="utf-8", buffering=1)
-        except FileExistsError:
-            raise BadInput(f"{path} already exists: pass --force to overwrite it or choose another name") from None
         except OSError as exc:
-            raise BadInput(f"cannot write the recording {path}: {exc.strerror or exc}") from None
+            raise file_error(exc, path, "recording") from None
         recorder = cls(path, handle, record_text)
         recorder._write_line(make_header(command, record_text, *_gpu_identity()))
         return recorder

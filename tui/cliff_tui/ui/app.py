@@ -1,17 +1,15 @@
 """The Textual app: one dashboard for watch, run, triangulate, attach and replay.
 
-Producers (sampler thread, job worker, replay player) publish events on the bus; the bus appends
-each one to the app's inbox (a deque: thread-safe, never blocks the producer). On the UI thread a
-timer moves the inbox into the shared :class:`Pipeline` and redraws what changed: one wake-up per
-frame, however many events arrived.
+The app draws a :class:`Session`. Producers (sampler thread, job worker, replay player) publish on
+the session's bus, which only appends to an inbox (thread-safe, never blocks the producer); on the
+UI thread a timer drains the inbox into the session's pipeline and redraws what changed: one
+wake-up per frame, however many events arrived.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -21,20 +19,15 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
-from cliff_tui.bus import EventBus
-from cliff_tui.engine.errors import CliffError
-from cliff_tui.engine.priority import lower_other_threads
-from cliff_tui.events import Alert, RunFailed
-from cliff_tui.jobs import Job
+from cliff_tui.errors import CliffError
+from cliff_tui.events import Alert
 from cliff_tui.pipeline import Pipeline
+from cliff_tui.session import Session
 from cliff_tui.ui import projection as projection_view
 from cliff_tui.ui import render
 from cliff_tui.ui.widgets import LineView, PanelView
 
-# The probes (psutil, NVML) and the modal screens are imported where they are first used: a replay
-# needs neither, and starts that much sooner.
-if TYPE_CHECKING:
-    from cliff_tui.probes.sampler import Sampler, SamplerThread
+# The modal screens are imported where they are first used: a replay starts that much sooner.
 
 NO_VRAM = "novram"  # the key of the dashboard's one wrapped text line, not a tier
 WIDE = 150  # columns from which the projection pane sits beside the dashboard
@@ -45,57 +38,45 @@ class CliffApp(App):
     TITLE = "cliff-tui"
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
-        Binding("q", "quit", "Quit"),
-        Binding("p", "pause", "Pause"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("l", "log", "Log"),
-        Binding("r", "record", "Record"),
-        Binding("v", "view", "Projection", show=False),
-        Binding("t", "target", "Target", show=False),
-        Binding("space", "play", "Play", show=False),
-        Binding("s", "speed", "Speed", show=False),
-        Binding("right", "seek(10)", "+10s", show=False),
-        Binding("left", "seek(-10)", "-10s", show=False),
-        Binding("period", "step", "Step", show=False),
-        Binding("home", "seek_to(0)", "Start", show=False),
-        Binding("end", "seek_to(1)", "End", show=False),
+        Binding("q", "quit", "Quit", tooltip="quit"),
+        Binding("p", "pause", "Pause", tooltip="pause the screen (replay: play/pause)"),
+        Binding("question_mark", "help", "Help", key_display="?", tooltip="this help"),
+        Binding("l", "log", "Log", tooltip="cliff-tui's notices and llama.cpp's raw log"),
+        Binding("r", "record", "Record", tooltip="start/stop recording to a timestamped file"),
+        Binding("v", "view", "Projection", show=False, tooltip="dashboard ⇄ projection (narrow screens)"),
+        Binding("t", "target", "Target", show=False, tooltip="projection target"),
+        Binding("space", "play", "Play", show=False, tooltip="replay: play/pause"),
+        Binding("s", "speed", "Speed", show=False, tooltip="replay: speed ×1/×4/×16"),
+        Binding("right", "seek(10)", "+10s", show=False, tooltip="replay: seek 10 s forward"),
+        Binding("left", "seek(-10)", "-10s", show=False, tooltip="replay: seek 10 s back"),
+        Binding("period", "step", "Step", show=False, tooltip="replay: step to the next sample"),
+        Binding("home", "seek_to(0)", "Start", show=False, tooltip="replay: to the start"),
+        Binding("end", "seek_to(1)", "End", show=False, tooltip="replay: to the end"),
     ]
 
-    def __init__(self, mode: str = "watch", *, sampler: Sampler | None = None, job: Job | None = None,
-                 interval: float = 0.5, recorder: Any = None, record_text: bool = False, recording: Any = None,
-                 speed: int = 1, preload: Iterable[Any] = ()) -> None:
+    def __init__(self, mode: str = "watch", session: Session | None = None, *, record_text: bool = False) -> None:
         super().__init__()
         self.mode = mode
-        self.sampler = sampler
-        self.job = job
-        self.interval = interval
-        self.recorder = recorder
+        self.session = session or Session()
         self.record_text = record_text
-        self.pipeline = Pipeline()
-        self.bus = EventBus()
-        self._inbox: deque[Any] = deque()
-        self.cancel = threading.Event()
         self.paused = False
         self.narrow_view = "dash"
-        self._preload = list(preload)
-        self._sampler_thread: SamplerThread | None = None
         self._drawn: object = None
         self._panel_ids: list[str] = []
         self._rebuilding = False
-        self.player = None
-        if recording is not None:
-            from cliff_tui.recording.player import Player
+        self.session.alert_listeners.append(self._notify_alert)
 
-            self.player = Player(recording, speed=speed)
-            self.pipeline = self.player.pipeline
-        self.bus.subscribe(self._from_producers)
-        self._stop_recording = self.bus.subscribe(recorder.write) if recorder is not None else (lambda: None)
+    @property
+    def pipeline(self) -> Pipeline:
+        """The session's, read anew each time: a backward seek in a replay replaces it."""
+        return self.session.pipeline
 
     # --- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield PanelView(id="title")
         yield LineView(id="signs")
+        yield LineView(id="notice")
         with Horizontal(id="body"):
             yield VerticalScroll(id="dash")
             yield VerticalScroll(PanelView(id="projection-view"), id="projection")
@@ -105,20 +86,10 @@ class CliffApp(App):
 
     async def on_mount(self) -> None:
         self.query_one("#projection").display = self.mode in ("triangulate", "replay")
-        for event in self._preload:
-            self._feed(event)
-        if self.sampler is not None:
-            from cliff_tui.probes.sampler import SamplerThread
-
-            self._sampler_thread = SamplerThread(self.sampler, self.bus.publish, self.interval).start()
-        if self.job is not None:
-            if hasattr(self.job, "on_worker") and self.sampler is not None:
-                self.job.on_worker = self.sampler.set_pid
+        self.session.start(time.monotonic())
+        if self.session.job is not None:
             self._run_job()
-        if self.player is not None:
-            for event in self.player.start(time.monotonic()):
-                self._feed(event)
-        self.set_interval(min(self.interval, 0.25), self._tick)
+        self.set_interval(min(self.session.interval, 0.25), self._tick)
         self._layout_for(self.size.width)
         await self._rebuild_panels(self._wanted_panel_ids())  # the first frame without a round trip
 
@@ -142,47 +113,31 @@ class CliffApp(App):
 
     # --- events ---------------------------------------------------------------------------
 
-    def _from_producers(self, event: Any) -> None:
-        """Runs on the producer's thread: hand over, never block it."""
-        self._inbox.append(event)
-
-    def _feed(self, event: Any) -> None:
-        for alert in self.pipeline.feed(event):
-            if self.recorder is not None:
-                self.recorder.write(alert)
-            self._notify_alert(alert)
-
     def _notify_alert(self, alert: Alert) -> None:
-        if self.player is None or self.player.playing:
+        player = self.session.player
+        if player is None or player.playing:
             severity = "error" if alert.level == "red" else "warning"
             self.notify(alert.message, title=f"sign {alert.sign}", severity=severity, timeout=6)
 
     @work(thread=True, exit_on_error=False, name="job")
     def _run_job(self) -> None:
-        lower_other_threads()  # the screen and the sampler yield to the engine this thread starts
         try:
-            self.job.run(self.bus.publish, self.cancel)
-        except CliffError as exc:
-            if not self.cancel.is_set() and not getattr(exc, "published", False):
-                self.bus.publish(RunFailed(time.time(), "job", exc.kind, str(exc)))
+            self.session.run_job()
+        except CliffError:
+            pass  # published as a RunFailed: the error panel shows it
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A bug in a job must not vanish silently: show it, keep the dashboard running."""
         if event.worker.name == "job" and event.state == WorkerState.ERROR:
-            error = event.worker.error
-            self.bus.publish(RunFailed(time.time(), "job", "error",
-                                       f"internal error: {type(error).__name__}: {error} (please report it)"))
+            self.session.report_crash(event.worker.error)
 
     def _tick(self) -> None:
         """Take in what the producers published, draw what changed since the last tick (a burst
         of events is one frame); in a replay, also move the replay clock."""
         if not self.is_running:  # shutting down: the widgets may be gone already
             return
-        while self._inbox:
-            self._feed(self._inbox.popleft())
-        if self.player is not None:
-            for event in self.player.advance(time.monotonic()):
-                self._feed(event)
+        self.session.drain()
+        self.session.replay_tick(time.monotonic())
         if not self.paused:
             self._draw()
 
@@ -190,8 +145,8 @@ class CliffApp(App):
 
     def _draw(self) -> None:
         p = self.pipeline
-        player = self.player
-        version = (p.version, self.size.width, self.size.height, self.paused, self.recorder is not None,
+        player = self.session.player
+        version = (id(p), p.version, self.size.width, self.size.height, self.paused, self.session.recorder is not None,
                    player and (player.cursor, player.playing, player.speed, round(player.position, 1)))
         if version == self._drawn:
             return
@@ -199,6 +154,10 @@ class CliffApp(App):
         title = self._title()
         self.query_one("#title", PanelView).show(title, lambda: title, 1)
         _show_line(self.query_one("#signs", LineView), render.signs_line(p.signs))
+        notice = render.notice_line(p)
+        notice_view = self.query_one("#notice", LineView)
+        _set_display(notice_view, bool(notice))
+        _show_line(notice_view, notice)
         self._draw_panels()
         _show_line(self.query_one("#progress", LineView), self._progress_line())
         self._draw_error()
@@ -258,22 +217,23 @@ class CliffApp(App):
 
     def _title(self) -> str:
         parts = ["cliff-tui", self.mode]
-        if self.job is not None:
-            parts.append(self.job.title)
+        session = self.session
+        if session.job is not None:
+            parts.append(session.job.title)
         model = self.pipeline.model
         if model is not None:
             parts.append(f"{model.name} ({model.file_type or '?'})")
-        if self.player is not None:
-            parts.append(self.player.describe())
-        if self.recorder is not None:
-            parts.append(f"● REC {self.recorder.path}")
+        if session.player is not None:
+            parts.append(session.player.describe())
+        if session.recorder is not None:
+            parts.append(f"● REC {session.recorder.path}")
         if self.paused:
             parts.append("PAUSED")
         return " · ".join(parts)
 
     def _progress_line(self) -> render.Parts:
-        if self.player is not None:
-            return [(self.player.cursor_line(), None)]
+        if self.session.player is not None:
+            return [(self.session.player.cursor_line(), None)]
         if self.mode == "attach" and self.pipeline.sessions:
             return render.session_line(self.pipeline)
         return render.progress_line(self.pipeline)
@@ -281,11 +241,11 @@ class CliffApp(App):
     # --- actions --------------------------------------------------------------------------
 
     async def action_quit(self) -> None:
-        self.cancel.set()
+        self.session.cancel.set()
         self.exit()
 
     def action_pause(self) -> None:
-        if self.player is not None:
+        if self.session.player is not None:
             self.action_play()
             return
         self.paused = not self.paused
@@ -294,7 +254,7 @@ class CliffApp(App):
     def action_help(self) -> None:
         from cliff_tui.ui.screens import HelpScreen
 
-        self.push_screen(HelpScreen(self.mode))
+        self.push_screen(HelpScreen(self.mode, self.BINDINGS))
 
     def action_log(self) -> None:
         from cliff_tui.ui.screens import LogScreen
@@ -318,57 +278,44 @@ class CliffApp(App):
     def action_record(self) -> None:
         from cliff_tui.recording.writer import Recorder, timestamped_name
 
-        if self.recorder is not None:
-            self._stop_recording()
-            self.recorder.close()
-            self.notify(f"recording saved: {self.recorder.path}")
-            self.recorder = None
+        stopped = self.session.stop_recording()
+        if stopped is not None:
+            self.notify(f"recording saved: {stopped.path}")
             self._draw()
             return
         try:
-            self.recorder = Recorder.create(timestamped_name(), command=[self.mode], record_text=self.record_text)
+            recorder = Recorder.create(timestamped_name(), command=[self.mode], record_text=self.record_text)
         except CliffError as exc:
             self.notify(str(exc), severity="error")
             return
-        self.recorder.write_snapshot(self.pipeline)
-        self._stop_recording = self.bus.subscribe(self.recorder.write)
-        self.notify(f"recording to {self.recorder.path}")
+        self.session.attach_recorder(recorder)
+        self.notify(f"recording to {recorder.path}")
         self._draw()
 
     def action_play(self) -> None:
-        if self.player is not None:
-            self.player.toggle(time.monotonic())
-            self._draw()
+        self.session.toggle_play(time.monotonic())
+        self._draw()
 
     def action_speed(self) -> None:
-        if self.player is not None:
-            self.player.cycle_speed(time.monotonic())
+        if self.session.player is not None:
+            self.session.player.cycle_speed(time.monotonic())
             self._draw()
 
     def action_seek(self, seconds: float) -> None:
-        if self.player is not None:
-            self.player.seek_by(seconds, time.monotonic())
-            self.pipeline = self.player.pipeline
-            self._draw()
+        self.session.seek_by(seconds, time.monotonic())
+        self._draw()
 
     def action_seek_to(self, fraction: float) -> None:
-        if self.player is not None:
-            self.player.seek_fraction(fraction, time.monotonic())
-            self.pipeline = self.player.pipeline
-            self._draw()
+        self.session.seek_fraction(fraction, time.monotonic())
+        self._draw()
 
     def action_step(self) -> None:
-        if self.player is not None:
-            for event in self.player.step():
-                self._feed(event)
-            self._draw()
+        self.session.replay_step()
+        self._draw()
 
     def on_unmount(self) -> None:
-        self.cancel.set()
-        if self._sampler_thread is not None:
-            self._sampler_thread.stop()
-        if self.recorder is not None:
-            self.recorder.close()
+        self.session.alert_listeners.remove(self._notify_alert)
+        self.session.stop()
 
 
 def _show_line(view: LineView, parts: render.Parts) -> None:

@@ -11,10 +11,9 @@ from rich.text import Text
 from cliff_tui.analysis.triangulation import Triangulation
 from cliff_tui.events import RunFailed, RunResult
 from cliff_tui.pipeline import Pipeline
-from cliff_tui.report import RUN_COLUMNS, kv_ratios, run_rows
-from cliff_tui.units import fmt_bytes
+from cliff_tui.report import RUN_COLUMNS, fmt_slope, kv_ratios, run_rows
+from cliff_tui.units import MiB, fmt_bytes
 
-MiB = 1024**2
 _COLORS = [("cyan", "red"), ("green", "magenta"), ("blue", "yellow")]
 # The pane is narrow: model (in the title), depth (n_ctx says it) and drop (vs trend says more) go.
 TABLE_COLUMNS = [c for c in RUN_COLUMNS if c[0] not in ("model", "depth", "drop")]
@@ -43,7 +42,7 @@ def summary(tris: dict[str, Triangulation]) -> Text:
         text.append(f"{key}: ", style="bold")
         verdict_style = "red" if tri.wall_near or tri.does_not_fit_at else "green" if tri.checks else ""
         text.append(f"{tri.verdict}\n", style=verdict_style)
-        text.append(f"  touched {_slope(tri.touched)} · allocated {_slope(tri.allocated)}")
+        text.append(f"  touched {fmt_slope(tri.touched, short=True)} · allocated {fmt_slope(tri.allocated, short=True)}")
         if tri.theory_bytes_per_token:
             text.append(f" · textbook KV {tri.theory_bytes_per_token / 1024:.2f} KiB/tok")
         text.append("\n")
@@ -63,12 +62,6 @@ def summary(tris: dict[str, Triangulation]) -> Text:
         text.append(f"  {ratio['types']}: measured {'–' if m is None else f'{m:.2f}'}"
                     f" (expected {ratio['expected']:.2f})\n")
     return text
-
-
-def _slope(slope) -> str:
-    if slope.bytes_per_token is None:
-        return "–"
-    return f"{slope.kib_per_token:.1f} KiB/tok ({slope.mib_per_1k_tokens:.1f} MiB/1k)"
 
 
 def chart(tris: dict[str, Triangulation], width: int, height: int, color: bool = True) -> Text:

@@ -215,6 +215,17 @@ def signs_line(signs: dict[int, SignState]) -> Parts:
     return parts
 
 
+def notice_line(p: Pipeline) -> Parts:
+    """The newest notice (what cliff-tui changed, chose or found), or nothing; all of them are in
+    the log screen."""
+    if not p.notices:
+        return []
+    notice = p.notices[-1]
+    if notice.level == "warning":
+        return [(" ▲ ", AMBER + BOLD), (notice.text, AMBER)]
+    return [(" i ", LEVEL_MARK["info"][1] + BOLD), (notice.text, DIM)]
+
+
 def progress_line(p: Pipeline) -> Parts:
     view = p.current
     if view is None:

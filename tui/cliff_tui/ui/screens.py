@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, RichLog, Static
+
+from rich.text import Text
 
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.units import parse_tokens
@@ -21,24 +25,33 @@ HELP = """\
             a steady decline is attention reading more cells, a knee beyond the trend is the cliff
 
 [b]Keys[/b]
-  q quit   p pause   ? help   l llama.cpp log   r start/stop recording
-  v dashboard ⇄ projection (narrow screens)   t projection target
-  replay:  space play/pause   s speed ×1/×4/×16   ←/→ seek 10 s   . step   home/end
+{keys}
 
 Marks: ✓ fine · i information · ▲ look (10–50 % off trend) · ✖ cliff · – not available
 """
+KEY_NAMES = {"space": "space", "right": "→", "left": "←", "period": ".", "question_mark": "?"}
+
+
+def keys_help(bindings: Iterable[Binding]) -> str:
+    """One line per key, from the app's own bindings."""
+    lines = []
+    for b in bindings:
+        key = b.key_display or KEY_NAMES.get(b.key, b.key)
+        lines.append(f"  {key:<6} {b.tooltip or b.description}")
+    return "\n".join(lines)
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, bindings: Iterable[Binding]) -> None:
         super().__init__()
         self.mode = mode
+        self.bindings = list(bindings)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(HELP + f"\nmode: {self.mode}")
+            yield Static(HELP.format(keys=keys_help(self.bindings)) + f"\nmode: {self.mode}")
 
 
 class LogScreen(ModalScreen[None]):
@@ -50,14 +63,16 @@ class LogScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="log"):
-            yield Label("llama.cpp log (raw) — esc to close")
+            yield Label("llama.cpp log (raw), after cliff-tui's notices — esc to close")
             yield RichLog(id="log", max_lines=4000, wrap=False, markup=False)
 
     def on_mount(self) -> None:
         log = self.query_one(RichLog)
+        for notice in self.pipeline.notices:
+            log.write(Text(f"cliff-tui {notice.level}: {notice.text}", style="bold"))
         lines = list(self.pipeline.log)
         if not lines:
-            log.write("(nothing yet: llama.cpp logs when a model loads — `cliff-tui run`)")
+            log.write("(nothing from llama.cpp yet: it logs when a model loads — `cliff-tui run`)")
         for line in lines:
             log.write(line.text)
 

@@ -1,6 +1,8 @@
-"""The core (events, bus, pipeline, maths, probes, recording, engine helpers) imports without Textual.
+"""The layer rules (import-linter contracts in pyproject.toml) hold, and the core imports without
+Textual: every module outside ``cliff_tui.ui``, and ``export`` without llama.cpp either.
 
-Each check runs in a fresh interpreter, because this test process may already have imported Textual.
+Each import check runs in a fresh interpreter, because this test process may already have imported
+Textual.
 The module list is found on disk (not with ``pkgutil.walk_packages``, which imports every package to
 find its children and would import ``cliff_tui.ui`` on the way).
 """
@@ -8,24 +10,28 @@ find its children and would import ``cliff_tui.ui`` on the way).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import cliff_tui
 
 PACKAGE_DIR = Path(cliff_tui.__file__).parent
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
-# Named in issue 2 / the brief: these must exist and import without Textual.
 REQUIRED = {
     "cliff_tui.events", "cliff_tui.codec", "cliff_tui.bus", "cliff_tui.history", "cliff_tui.pipeline",
-    "cliff_tui.report", "cliff_tui.headless", "cliff_tui.cli", "cliff_tui.units",
+    "cliff_tui.report", "cliff_tui.headless", "cliff_tui.cli", "cliff_tui.units", "cliff_tui.session",
+    "cliff_tui.errors", "cliff_tui.jobs.attach", "cliff_tui.jobs.run", "cliff_tui.recording.export",
     "cliff_tui.analysis.signs", "cliff_tui.analysis.triangulation", "cliff_tui.analysis.theory",
     "cliff_tui.analysis.thresholds",
     "cliff_tui.probes.system", "cliff_tui.probes.nvidia", "cliff_tui.probes.amd",
     "cliff_tui.probes.shared_vram", "cliff_tui.probes.sampler",
     "cliff_tui.recording.writer", "cliff_tui.recording.reader",
-    "cliff_tui.engine.gguf_meta", "cliff_tui.engine.errors",
+    "cliff_tui.engine.gguf_meta", "cliff_tui.errors",
 }
 
 _CHECK = r"""
@@ -38,6 +44,7 @@ for name in json.loads(sys.argv[1]):
         failed[name] = traceback.format_exc(limit=3)
 print(json.dumps({"failed": failed,
                   "textual": sorted(m for m in sys.modules if m == "textual" or m.startswith("textual.")),
+                  "llama_cpp": sorted(m for m in sys.modules if m == "llama_cpp" or m.startswith("llama_cpp.")),
                   "ui": sorted(m for m in sys.modules if m.startswith("cliff_tui.ui"))}))
 """
 
@@ -81,3 +88,38 @@ def test_the_ui_does_import_textual():
     assert result["failed"] == {}, "\n".join(result["failed"].values())
     assert "textual" in result["textual"]
     assert "cliff_tui.ui.app" in result["ui"]
+
+
+def test_export_imports_neither_llama_cpp_nor_textual():
+    result = run_check(["cliff_tui.recording.export"])
+    assert result["failed"] == {}, "\n".join(result["failed"].values())
+    assert result["llama_cpp"] == [] and result["textual"] == []
+
+
+def test_the_engine_does_load_llama_cpp():
+    # the converse: the check above can see llama_cpp when it is there
+    assert "llama_cpp" in run_check(["cliff_tui.engine.llama"])["llama_cpp"]
+
+
+def lint_imports(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    if exe is None:
+        pytest.fail("lint-imports not installed: pip install -e '.[test]'")
+    return subprocess.run([exe, "--no-cache", *args], capture_output=True, text=True, timeout=120,
+                          cwd=PYPROJECT.parent)
+
+
+def test_the_layer_contracts_hold():
+    proc = lint_imports(str(PYPROJECT))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout
+
+
+def test_a_broken_layer_rule_is_caught(tmp_path):
+    """The contracts can fail: the same rules, one of them turned upside down."""
+    text = PYPROJECT.read_text().replace('forbidden_modules = ["textual", "rich"]',
+                                         'forbidden_modules = ["textual", "rich", "json"]')
+    broken = tmp_path / "pyproject.toml"
+    broken.write_text(text)
+    proc = lint_imports(str(broken))
+    assert proc.returncode != 0 and "BROKEN" in proc.stdout

@@ -8,26 +8,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cliff_tui import demo
+from cliff_tui.recording import demo
 from cliff_tui.recording.reader import open_recording
+from cliff_tui.session import Session
 from cliff_tui.ui.app import CliffApp
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 TRIANGULATION = DATA / "smollm2_triangulation.jsonl"
 
 
 def test_watch_cpu_only_at_80x24(snap_compare):
-    app = CliffApp(mode="watch", preload=demo.cpu_watch())
+    app = CliffApp("watch", Session(preload=demo.cpu_watch()))
     assert snap_compare(app, terminal_size=(80, 24))
 
 
 def test_gpu_cliff_run_at_120x40(snap_compare):
-    app = CliffApp(mode="run", preload=demo.gpu_cliff_run())
+    app = CliffApp("run", Session(preload=demo.gpu_cliff_run()))
     assert snap_compare(app, terminal_size=(120, 40))
 
 
 def test_triangulation_pane_replayed_at_the_end(snap_compare):
-    app = CliffApp(mode="replay", recording=open_recording(TRIANGULATION))
+    app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
 
     async def to_the_end(pilot):
         await pilot.press("space", "end")
@@ -37,7 +38,7 @@ def test_triangulation_pane_replayed_at_the_end(snap_compare):
 
 
 def test_replayed_frame_mid_run_at_100x30(snap_compare):
-    app = CliffApp(mode="replay", recording=open_recording(TRIANGULATION))
+    app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
 
     async def paused_mid_way(pilot):
         await pilot.press("space", "home")

@@ -1,7 +1,7 @@
-"""``cliff-tui attach``: endpoint readers, the polling job, ``--once --json``, and a real llama-server.
+"""``cliff-tui attach``: the polling job, ``--once --json``, and a real llama-server.
 
-The HTTP tests run against a loopback fake serving recorded bodies (tests/data/endpoints); the last
-test runs against a real ``llama-server`` when one is found ($LLAMA_SERVER, PATH, or the binary
+The job tests run against a loopback fake serving recorded bodies (tests/data/endpoints); the last
+tests run against a real ``llama-server`` when one is found ($LLAMA_SERVER, PATH, or the binary
 scripts/build_llama_tools.sh leaves in .tools/llama-server/bin).
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -19,322 +18,24 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from cliff_tui.attach import (
-    NOTHING_GENERATED, AttachJob, LiveDecodeMeter, Poller, attach_once, endpoint_record,
-)
-from cliff_tui.engine.errors import BadInput
-from cliff_tui.events import DecodeWindow, Notice, SessionReading, SlotReading
+from cliff_tui.errors import BadInput
+from cliff_tui.events import DecodeWindow, Notice, SessionReading
+from cliff_tui.jobs.attach import NOTHING_GENERATED, AttachJob, Poller, attach_once, endpoint_record
 from cliff_tui.pipeline import Pipeline
-from cliff_tui.probes import endpoints as ep
-from cliff_tui.probes.endpoints import (
-    BadUrl, SlotProgress, SlotsRead, describe_network_error, discover, normalise_url, parse_prometheus,
-    probe_llama_server, read_llama_server, read_ollama,
-)
+from cliff_tui.probes.endpoints import http as ep
+from cliff_tui.probes.endpoints.llama_server import SlotsRead
 from cliff_tui.probes.sampler import Sampler
-from fakes.http_server import FakeHttpServer, Route, closed_port, free_port
+from fakes.http_server import Route, closed_port, free_port
+from fakes.servers import BUSY, DECODING, llama, ollama
 
-ROOT = Path(__file__).resolve().parent.parent
-BUSY = [Route.file("llama_metrics_busy_1.txt"), Route.file("llama_metrics_busy_2.txt")]
-DECODING = [Route.file("llama_slots_decoding_1.json"), Route.file("llama_slots_decoding_2.json")]
-
-
-def llama(metrics: Route | list[Route], slots: Route | None = None, **more: Route) -> FakeHttpServer:
-    routes = {"/metrics": metrics, "/slots": slots or Route.file("llama_slots.json"),
-              **{"/" + k.replace("_", "/"): v for k, v in more.items()}}
-    return FakeHttpServer(routes).start()
-
-
-def plain(routes: dict[str, Route]) -> FakeHttpServer:
-    return FakeHttpServer(routes).start()
-
-
-def ollama(ps: Route) -> FakeHttpServer:
-    return FakeHttpServer({"/api/ps": ps, "/api/version": Route.file("ollama_version.json")}).start()
-
-
-@pytest.fixture
-def server():
-    servers: list[FakeHttpServer] = []
-
-    def make(factory, *args, **kwargs) -> FakeHttpServer:
-        servers.append(factory(*args, **kwargs))
-        return servers[-1]
-
-    yield make
-    for s in servers:
-        s.stop()
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("http_proxy", "HTTP_PROXY")}
     return subprocess.run([sys.executable, "-m", "cliff_tui", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
-
-
-# --- parsing --------------------------------------------------------------------------------------
-
-
-def test_prometheus_text_parses_counters_gauges_and_labels():
-    text = ("# HELP x y\n# TYPE llamacpp:a counter\nllamacpp:a 12.5\nllamacpp:b 3e2\n"
-            'm{position="0"} 4\nbad line\nnan_metric NaN\n')
-    values = parse_prometheus(text)
-    assert values["llamacpp:a"] == 12.5 and values["llamacpp:b"] == 300
-    assert values['m{position="0"}'] == 4
-    assert "bad" not in values and values["nan_metric"] != values["nan_metric"]
-
-
-@pytest.mark.parametrize("given, base", [
-    ("127.0.0.1:8080", "http://127.0.0.1:8080"),
-    ("http://127.0.0.1:8080/", "http://127.0.0.1:8080"),
-    ("http://localhost:8080/metrics", "http://localhost:8080"),
-    ("https://box.lan/llm/v1", "https://box.lan/llm"),
-    ("http://[::1]:11434/api/ps", "http://[::1]:11434"),
-])
-def test_urls_are_normalised_to_the_server_base(given, base):
-    assert normalise_url(given) == base
-
-
-@pytest.mark.parametrize("bad", ["ftp://host", "http://", "http://host:99999x"])
-def test_bad_urls_are_bad_input_not_a_traceback(bad):
-    with pytest.raises(BadUrl):
-        normalise_url(bad)
-    with pytest.raises(BadInput, match="--llama-server"):
-        AttachJob.from_args(bad, None)
-
-
-def test_network_errors_read_as_one_line():
-    url = "http://nowhere.invalid:8080/metrics"
-    dns = describe_network_error(url, socket.gaierror(-2, "Name or service not known"), 2)
-    assert dns.startswith("cannot resolve host 'nowhere.invalid'")
-    assert "timeout" in describe_network_error(url, TimeoutError("timed out"), 2)
-    assert "\n" not in describe_network_error(url, OSError("line one\nline two"), 2)
-
-
-# --- llama-server -----------------------------------------------------------------------------------
-
-
-def test_llama_server_busy_reads_counters_and_slots(server):
-    s = server(llama, Route.file("llama_metrics_busy_1.txt"))
-    r = read_llama_server(s.url, 2)
-    assert (r.status, r.source, r.url) == ("ok", "llama-server", s.url)
-    assert r.tokens_predicted_total == 96 and r.tokens_predicted_seconds_total == 2
-    assert r.prompt_tokens_total == 1024 and r.prompt_seconds_total == 4
-    assert r.requests_processing == 1
-    busy, idle = r.slots
-    assert (busy.id, busy.n_ctx, busy.tokens_used, busy.processing) == (0, 4096, 1144, True)
-    assert (idle.id, idle.n_ctx, idle.tokens_used, idle.processing) == (1, 4096, None, False)
-
-
-def test_llama_server_idle_has_zero_counters(server):
-    s = server(llama, Route.file("llama_metrics_idle.txt"))
-    r = read_llama_server(s.url, 2)
-    assert r.status == "ok" and r.tokens_predicted_total == 0 and r.requests_processing == 0
-
-
-def test_legacy_server_slot_state_and_kv_cache_tokens(server):
-    s = server(llama, Route.file("llama_metrics_legacy.txt"), Route.file("llama_slots_legacy.json"))
-    r = read_llama_server(s.url, 2)
-    (slot,) = r.slots
-    assert (slot.n_ctx, slot.processing, slot.tokens_used) == (2048, True, 26)
-    assert "kv_cache_tokens" in r.reasons["tokens_used"]
-
-
-def test_without_metrics_flag_says_so_and_still_reads_slots(server):
-    s = server(llama, Route.file("llama_no_metrics.json", 501))
-    r = read_llama_server(s.url, 2)
-    assert r.status == "no-metrics"
-    assert "--metrics" in r.message
-    assert r.tokens_predicted_total is None
-    assert [slot.n_ctx for slot in r.slots] == [4096, 4096]
-
-
-def test_without_metrics_and_slots_takes_n_ctx_from_props(server):
-    s = server(llama, Route.file("llama_no_metrics.json", 501), Route.file("llama_no_slots.json", 501),
-               props=Route.file("llama_props.json"))
-    r = read_llama_server(s.url, 2)
-    assert r.status == "no-metrics"
-    assert [(slot.n_ctx, slot.tokens_used) for slot in r.slots] == [(8192, None), (8192, None)]
-    assert "--no-slots" in r.reasons["slots"]
-
-
-def test_slots_failure_leaves_a_reason_not_an_error(server):
-    s = server(llama, Route.file("llama_metrics_idle.txt"), Route.text("[", 200))
-    r = read_llama_server(s.url, 2)
-    assert r.status == "ok" and r.slots == () and "slots" in r.reasons
-
-
-def test_html_page_is_not_llama(server):
-    s = server(plain, {"/metrics": Route.file("not_llama.html")})
-    r = read_llama_server(s.url, 2)
-    assert r.status == "not-llama"
-    assert "HTML page" in r.message and "check the URL" in r.message
-
-
-def test_other_prometheus_exporter_is_not_llama(server):
-    s = server(plain, {"/metrics": Route.file("other_metrics.txt")})
-    r = read_llama_server(s.url, 2)
-    assert r.status == "not-llama" and "vllm:*" in r.message
-
-
-def test_ollama_port_given_as_llama_server_gets_a_hint(server):
-    s = server(ollama, Route.file("ollama_ps.json"))
-    s.route("/metrics", Route.file("ollama_404.txt", 404))
-    r = read_llama_server(s.url, 2)
-    assert r.status == "not-llama"
-    assert f"--ollama {s.url}" in r.message
-
-
-def test_a_404_from_a_llama_server_without_the_route_reads_as_no_metrics(server):
-    s = server(llama, Route.text("", 404), Route.file("llama_slots.json"), props=Route.file("llama_props.json"))
-    r = read_llama_server(s.url, 2)
-    assert r.status == "no-metrics" and "HTTP 404" in r.message
-
-
-@pytest.mark.parametrize("body, status, words", [
-    ("llama_api_key.json", 401, "--api-key"),
-    ("llama_loading.json", 503, "not ready"),
-])
-def test_llama_server_errors_are_reported(server, body, status, words):
-    s = server(llama, Route.file(body, status))
-    r = read_llama_server(s.url, 2)
-    assert r.status == "error" and words in r.message
-
-
-def test_closed_port_is_unreachable():
-    r = read_llama_server(f"http://127.0.0.1:{closed_port()}", 2)
-    assert r.status == "unreachable" and "connection refused" in r.message
-
-
-def test_hung_server_times_out_quickly(server):
-    s = server(llama, Route.file("llama_metrics_idle.txt", delay_s=5))
-    started = time.monotonic()
-    r = read_llama_server(s.url, 0.3)
-    assert r.status == "unreachable" and "timeout" in r.message
-    assert time.monotonic() - started < 2
-
-
-def test_server_that_hangs_up_is_unreachable(server):
-    s = server(plain, {"/metrics": Route(drop=True)})
-    r = read_llama_server(s.url, 2)
-    assert r.status == "unreachable" and "\n" not in r.message
-
-
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                      max_size=3), max_leaves=10)
-bodies = st.one_of(st.text(max_size=200), json_values.map(json.dumps),
-                   st.sampled_from(["llamacpp:tokens_predicted_total x\n", "llamacpp:requests_processing NaN\n",
-                                    "llamacpp:kv_cache_tokens +Inf\n", '[{"id": 0, "n_ctx": NaN}]',
-                                    '{"error": {"message": 5}}', '{"error": {"message": "metrics"}}',
-                                    '[{"id": "a", "n_ctx": true}]']))
-
-
-@settings(max_examples=150, deadline=None)
-@given(replies=st.lists(st.tuples(st.sampled_from([None, 200, 404, 500, 501, 503]), bodies), min_size=1,
-                        max_size=5))
-def test_readers_never_raise_whatever_the_server_says(replies):
-    """Any status and body, in any order, gives a reading with a known status and no exception."""
-    queue = list(replies)
-
-    def get(url: str, timeout: float) -> ep.Reply:
-        status, body = queue.pop(0) if len(queue) > 1 else queue[0]
-        return ep.Reply(url, status, body if status else "", None if status else "no answer")
-
-    for read in (read_llama_server, read_ollama):
-        r = read("http://127.0.0.1:1", 1, get=get)
-        assert r.status in ("ok", "unreachable", "no-metrics", "not-llama", "error")
-        assert r.status == "ok" or r.message
-        endpoint_record(r)
-
-
-def test_slots_progress_carries_the_running_request(server):
-    s = server(llama, Route.file("llama_metrics_busy_1.txt"), Route.file("llama_slots_decoding_1.json"))
-    found = probe_llama_server(s.url, 2)
-    assert found.slots.t is not None and found.reading.slots == found.slots.slots
-    busy, idle = found.slots.progress
-    assert (busy.id, busy.id_task, busy.n_decoded, busy.processing) == (0, 7, 40, True)
-    assert (idle.id_task, idle.n_decoded, idle.processing) == (None, None, False)
-
-
-def test_legacy_slots_progress_reads_the_next_token_object(server):
-    s = server(llama, Route.file("llama_metrics_legacy.txt"), Route.file("llama_slots_legacy.json"))
-    (progress,) = probe_llama_server(s.url, 2).slots.progress
-    assert (progress.id_task, progress.n_decoded, progress.processing) == (0, 0, True)
-
-
-def slots_read(t: float, n_decoded: int, task: int = 7, processing: bool = True) -> SlotsRead:
-    return SlotsRead((SlotReading(0, 4096, 1024 + n_decoded, processing),), {},
-                     (SlotProgress(0, task, n_decoded, processing),), t)
-
-
-def test_live_decode_rate_counts_only_decoding_time():
-    meter = LiveDecodeMeter()
-    assert meter.update(slots_read(10.0, 0)) == []
-    assert meter.update(slots_read(10.5, 8)) == []  # the gap held prompt processing too
-    (rate,) = meter.update(slots_read(11.0, 32))
-    assert (rate.n_tokens, rate.seconds, rate.depth, rate.tok_s) == (24, 0.5, 1056, 48.0)
-    assert meter.update(slots_read(11.5, 4, task=8)) == []  # another request
-    assert meter.update(slots_read(12.0, 20, task=8, processing=False)) == []  # finished
-    assert meter.update(SlotsRead()) == []
-
-
-# --- Ollama -----------------------------------------------------------------------------------------
-
-
-def test_ollama_ps_reports_the_part_in_system_ram(server):
-    s = server(ollama, Route.file("ollama_ps.json"))
-    r = read_ollama(s.url, 2)
-    (m,) = r.models
-    assert r.status == "ok" and r.source == "ollama"
-    assert (m.name, m.size_bytes, m.size_vram_bytes, m.context_length) == (
-        "qwen2.5:14b", 11957419008, 8405385216, 32768)
-    assert m.size_vram_bytes < m.size_bytes
-
-
-def test_older_ollama_without_context_length_says_why(server):
-    s = server(ollama, Route.file("ollama_ps_old.json"))
-    r = read_ollama(s.url, 2)
-    assert r.models[0].context_length is None and "context_length" in r.reasons
-
-
-def test_ollama_with_no_model_loaded(server):
-    r = read_ollama(server(ollama, Route.file("ollama_ps_empty.json")).url, 2)
-    assert r.status == "ok" and r.models == () and "no model loaded" in r.message
-
-
-@pytest.mark.parametrize("route, status", [
-    (Route.file("not_llama.html"), "not-llama"),
-    (Route.file("ollama_error.json", 500), "error"),
-])
-def test_ollama_failures(server, route, status):
-    r = read_ollama(server(ollama, route).url, 2)
-    assert r.status == status and r.message
-
-
-def test_ollama_unreachable():
-    r = read_ollama(f"http://127.0.0.1:{closed_port()}", 2)
-    assert r.status == "unreachable" and r.source == "ollama"
-
-
-# --- discovery --------------------------------------------------------------------------------------
-
-
-def test_discovery_says_what_was_found(server):
-    s = server(llama, Route.file("llama_metrics_idle.txt"))
-    nobody = f"http://127.0.0.1:{closed_port()}"
-    found = discover(1, {"llama-server": s.url, "ollama": nobody})
-    assert found.found == {"llama-server": s.url}
-    assert f"found llama-server at {s.url}" in found.message
-    assert "no ollama on" in found.message and "connection refused" in found.message
-
-
-def test_discovery_finding_nothing_says_what_to_pass():
-    nobody = f"http://127.0.0.1:{closed_port()}"
-    found = discover(1, {"llama-server": nobody, "ollama": nobody})
-    assert found.found == {} and "--llama-server URL" in found.message
 
 
 # --- the polling job --------------------------------------------------------------------------------
@@ -373,7 +74,7 @@ def run_job(job: AttachJob, until, limit: float = 10.0) -> tuple[list, float]:
     """Run the job in a thread until ``until(events)``; returns the events and how long cancel took."""
     events: list = []
     cancel = threading.Event()
-    thread = threading.Thread(target=job.run, args=(events.append, cancel), daemon=True)
+    thread = threading.Thread(target=job.run, args=(events.append, cancel, lambda pid: None), daemon=True)
     thread.start()
     deadline = time.monotonic() + limit
     while not until(events) and time.monotonic() < deadline:
@@ -438,7 +139,7 @@ def test_job_polls_both_servers(server):
 def test_job_without_urls_looks_on_the_default_ports(server, monkeypatch):
     s = server(llama, Route.file("llama_metrics_idle.txt"))
     nobody = f"http://127.0.0.1:{closed_port()}"
-    monkeypatch.setattr("cliff_tui.attach.DEFAULT_URLS", {"llama-server": s.url, "ollama": nobody})
+    monkeypatch.setattr("cliff_tui.jobs.attach.DEFAULT_URLS", {"llama-server": s.url, "ollama": nobody})
     job = AttachJob.from_args(None, None, interval=0.05, timeout=1)
     assert job.discover_defaults and job.title.startswith("looking for")
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 2)
@@ -449,7 +150,7 @@ def test_job_without_urls_looks_on_the_default_ports(server, monkeypatch):
 
 def test_job_finding_nothing_shows_one_status_and_keeps_looking(monkeypatch):
     nobody = f"http://127.0.0.1:{closed_port()}"
-    monkeypatch.setattr("cliff_tui.attach.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
+    monkeypatch.setattr("cliff_tui.jobs.attach.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
     events, _ = run_job(AttachJob.from_args(None, None, 0.05, 1), lambda ev: len(readings(ev)) >= 1)
     (reading,) = readings(events)[:1]
     assert reading.status == "unreachable" and "looking again in" in reading.message
@@ -527,7 +228,7 @@ def test_once_reports_every_failure_in_a_field(server, route, status):
 
 def test_once_with_a_pid_and_no_server_is_fine(monkeypatch):
     nobody = f"http://127.0.0.1:{closed_port()}"
-    monkeypatch.setattr("cliff_tui.probes.endpoints.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
+    monkeypatch.setattr("cliff_tui.probes.endpoints.discovery.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
     record, ok = once(AttachJob.from_args(None, None), pid=os.getpid())
     assert ok and record["process"]["rss_bytes"] > 0 and "no llama-server" in record["discovery"]
     record, ok = once(AttachJob.from_args(None, None))

@@ -17,17 +17,17 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 from cliff_tui.analysis.theory import kv_bytes_per_token, pad_n_ctx
-from cliff_tui.engine.errors import BadInput, Cancelled
+from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.runner import RunOptions, resolve_settings
 from cliff_tui.engine.worker import PrefillProfile, calibrate, run_point
+from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.events import (
     DecodePoint, ModelInfo, Notice, RunFailed, RunFinished, RunResult, RunSettings, TriangulationPlanned,
 )
-from cliff_tui.pipeline import Pipeline
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.units import fmt_duration
 
@@ -37,15 +37,16 @@ DEPTH_STEP = 256
 
 
 def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, chain: bool,
-                     probes: int = 7, probe_tokens: int = 8, baseline_tokens: int = 32) -> float:
+                     options: RunOptions = RunOptions()) -> float:
     """Wall time of a triangulation from the measured cost model (both designs, for the README)."""
     total, reached = 0.0, 0
+    probes = options.probes
     for depth in sorted(depths):
         start = reached if chain else 0
-        total += profile.load_s + profile.decode_seconds(0, baseline_tokens)
+        total += profile.load_s + profile.decode_seconds(0, options.baseline_tokens)
         total += profile.prefill_seconds(start, depth)
-        total += sum(profile.decode_seconds(depth * k // (probes + 1), probe_tokens) for k in range(1, probes + 1)
-                     if depth * k // (probes + 1) > start)
+        total += sum(profile.decode_seconds(depth * k // (probes + 1), options.probe_tokens)
+                     for k in range(1, probes + 1) if depth * k // (probes + 1) > start)
         total += profile.decode_seconds(depth, n_gen)
         reached = depth
     return total
@@ -99,20 +100,18 @@ class TriangulateJob:
         self.budget_s = budget_s
         self.chain = chain
         self.options = options or RunOptions()
-        self.on_worker: Callable[[int | None], None] | None = None
-        self.cancelled = False
         self.depths: list[int] = list(self.requested_depths or DEFAULT_DEPTHS)
         shown = ",".join(f"{d:,}" for d in self.depths) if self.requested_depths else "adaptive"
         self.title = f"depths {shown}"
 
-    def run(self, publish: Callable[[object], None], cancel: threading.Event) -> None:
+    def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
         for k, v in self.kv_types:
             resolve_settings(dataclasses.replace(self.base, depth=1, cache_type_k=k, cache_type_v=v))
         model = read_model_info(self.base.model_path)
         first = Sampler(pid=None).sample()
         note = ""
         if self.requested_depths is None:
-            self.depths, note = self._plan_depths(model, publish, cancel)
+            self.depths, note = self._plan_depths(model, publish, cancel, on_worker)
         self.title = f"depths {', '.join(f'{d:,}' for d in self.depths)}"
         publish(TriangulationPlanned(
             t=time.time(), depths=tuple(self.depths),
@@ -122,28 +121,29 @@ class TriangulateJob:
             ram_available_bytes=first.ram.available_bytes,
             vram_total_bytes=tuple(g.vram_total_bytes for g in first.gpus), note=note))
         for k, v in self.kv_types:
-            self._triangulate_type(model, k, v, publish, cancel)
-            if self.cancelled:
-                return
+            self._triangulate_type(model, k, v, publish, cancel, on_worker)
+        return "done"
 
-    def _plan_depths(self, model: ModelInfo, publish: Callable, cancel: threading.Event) -> tuple[list[int], str]:
+    def _plan_depths(self, model: ModelInfo, publish: Publish, cancel: threading.Event,
+                     on_worker: OnWorker) -> tuple[list[int], str]:
         publish(Notice(time.time(), "measuring this machine's prefill speed to choose depths that fit "
                                     f"{fmt_duration(self.budget_s)} (pass --depths to choose)"))
         settings = dataclasses.replace(self.base, depth=2048, n_gen=16, cache_type_k=self.kv_types[0][0],
                                        cache_type_v=self.kv_types[0][1])
-        profile = calibrate(settings, cancel, on_pid=self.on_worker)
+        profile = calibrate(settings, cancel, on_pid=on_worker)
         if cancel.is_set():
-            self._stop()
+            raise Cancelled("cancelled")
         if isinstance(profile, RunFailed):
             raise BadInput(profile.message)
         if profile is None:
             raise BadInput("the calibration worker died: see the log (l) or run `cliff-tui run` to see why")
         depths, note, reduced = plan_depths(profile, self.budget_s / len(self.kv_types), self.base.n_gen)
         if reduced:
-            publish(Notice(time.time(), note, "warn"))
+            publish(Notice(time.time(), note, "warning"))
         return depths, note
 
-    def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Callable, cancel: threading.Event) -> None:
+    def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Publish, cancel: threading.Event,
+                          on_worker: OnWorker) -> None:
         workdir = tempfile.mkdtemp(prefix="cliff-tui-")
         state_in = None
         prior: tuple[DecodePoint, ...] = ()
@@ -153,14 +153,12 @@ class TriangulateJob:
                 state_out = os.path.join(workdir, f"kv-{depth}.bin") if self.chain and deeper else None
                 if state_out and not _room_for_state(model, k, v, depth, workdir):
                     publish(Notice(time.time(), f"not enough free disk in {workdir} to chain the KV state at "
-                                                f"{depth:,} tokens: the next point prefills from zero", "warn"))
+                                                f"{depth:,} tokens: the next point prefills from zero", "warning"))
                     state_out = None
                 settings = dataclasses.replace(self.base, depth=depth, cache_type_k=k, cache_type_v=v)
                 options = dataclasses.replace(self.options, run_id=f"{k}-{depth}", state_in=state_in,
                                               state_out=state_out, prior_points=prior if state_in else ())
-                finished = self._point(settings, options, publish, cancel)
-                if self.cancelled:
-                    return
+                finished = self._point(settings, options, publish, cancel, on_worker)
                 if state_in and os.path.exists(state_in):
                     os.remove(state_in)
                 state_in = state_out if finished and state_out and os.path.exists(state_out) else None
@@ -169,8 +167,8 @@ class TriangulateJob:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def _point(self, settings: RunSettings, options: RunOptions, publish: Callable,
-               cancel: threading.Event) -> RunResult | None:
+    def _point(self, settings: RunSettings, options: RunOptions, publish: Publish, cancel: threading.Event,
+               on_worker: OnWorker) -> RunResult | None:
         outcome: list[object] = []
 
         def relay(event: object) -> None:
@@ -178,9 +176,9 @@ class TriangulateJob:
                 outcome.append(event)
             publish(event)
 
-        code = run_point(settings, options, relay, cancel, on_pid=self.on_worker)
+        code = run_point(settings, options, relay, cancel, on_pid=on_worker)
         if code is None:
-            self._stop()
+            raise Cancelled("cancelled")
         if not outcome:
             n_ctx = pad_n_ctx(settings.n_ctx or settings.depth + settings.n_gen)
             why = "killed by a signal (out of memory?)" if code and code < 0 else f"exit code {code}"
@@ -190,41 +188,9 @@ class TriangulateJob:
             return None
         return outcome[-1].result if isinstance(outcome[-1], RunFinished) else None
 
-    def _stop(self) -> None:
-        self.cancelled = True
-        raise Cancelled("cancelled")
-
 
 def _room_for_state(model: ModelInfo, k: str, v: str, depth: int, folder: str) -> bool:
     per_token = kv_bytes_per_token(model, k, v)
     if per_token is None:
         return True
     return per_token * depth * 1.2 < shutil.disk_usage(folder).free
-
-
-def triangulation_output(pipeline: Pipeline, fmt: str) -> str:
-    from cliff_tui.report import (dumps, failure_record, kv_ratios, run_record, triangulation_markdown,
-                                  triangulation_record)
-
-    tris = pipeline.triangulations()
-    results, failures = pipeline.results, pipeline.failures
-    if fmt == "md":
-        plan = pipeline.plan
-        head = f"depths: {', '.join(f'{d:,}' for d in plan.depths)}\n\n" if plan else ""
-        return head + triangulation_markdown(tris, results, failures)
-    if fmt == "csv":
-        return dumps([run_record(r) for r in results], "csv")
-    groups = pipeline.run_groups()
-    records = [triangulation_record(tri, groups[key].results, groups[key].failures, groups[key].model)
-               for key, tri in tris.items()]
-    if fmt == "jsonl":
-        lines = [dumps([run_record(r)], "jsonl") for r in results]
-        lines += [dumps([{"type": "triangulation", **rec}], "jsonl") for rec in records]
-        return "\n".join(lines)
-    top = dict(records[0]) if records else {"runs": [], "failures": [failure_record(f) for f in failures]}
-    if pipeline.plan is not None:
-        top["plan"] = {"depths": list(pipeline.plan.depths), "note": pipeline.plan.note}
-    if len(records) > 1:
-        top["kv_compare"] = records
-        top["kv_ratios"] = kv_ratios(tris)
-    return dumps([top], "json")

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from cliff_tui.engine.errors import BadInput, Cancelled, DoesNotFit
+from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
 from cliff_tui.engine.llama_log import parse_buffer_line, parse_flash_attn
-from cliff_tui.engine.runner import Run, RunOptions, context_size, resolve_settings
+from cliff_tui.engine.runner import Run, context_size, resolve_settings
 from cliff_tui.events import BufferSize, DecodeWindow, RunFailed, RunFinished, RunProgress, RunSettings
 
 

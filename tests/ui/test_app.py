@@ -9,12 +9,13 @@ import time
 
 import pytest
 
-from cliff_tui import demo
+from cliff_tui.recording import demo
 from cliff_tui.events import RunSettings
-from cliff_tui.jobs import RunJob
+from cliff_tui.jobs.run import RunJob
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.recording.writer import Recorder
+from cliff_tui.session import Session
 from cliff_tui.ui.app import CliffApp
 
 
@@ -38,7 +39,7 @@ async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
 
 
 async def test_watch_shows_ram_says_why_no_vram_and_quits_fast():
-    app = CliffApp(mode="watch", sampler=Sampler(), interval=0.2)
+    app = CliffApp("watch", Session(sampler=Sampler(), interval=0.2))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: len(app.pipeline.history.get("ram.used")) >= 3)
         await pilot.pause(0.3)
@@ -52,7 +53,7 @@ async def test_watch_shows_ram_says_why_no_vram_and_quits_fast():
 
 
 async def test_pause_freezes_the_screen_and_help_and_log_open():
-    app = CliffApp(mode="watch", sampler=Sampler(), interval=0.2)
+    app = CliffApp("watch", Session(sampler=Sampler(), interval=0.2))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.pipeline.latest is not None)
         await pilot.press("p")
@@ -71,14 +72,14 @@ async def test_pause_freezes_the_screen_and_help_and_log_open():
 
 async def test_run_shows_tok_s_and_the_verdict(tiny_model):
     job = RunJob(RunSettings(str(tiny_model), 256, 16))
-    app = CliffApp(mode="run", sampler=Sampler(pid=os.getpid()), job=job, interval=0.2)
+    app = CliffApp("run", Session(sampler=Sampler(pid=os.getpid()), job=job, interval=0.2))
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for(pilot, lambda: job.result is not None)
+        await wait_for(pilot, lambda: app.pipeline.results)
         await pilot.pause(0.5)
         text = screen_text(app)
         assert "Tokens/s" in text and "baseline" in text
         assert "done · n_ctx 512" in text
-        assert job.result.verdict.level in text
+        assert app.pipeline.results[0].verdict.level in text
         await pilot.press("l")
         await pilot.pause(0.2)
         assert "KV buffer size" in screen_text(app)
@@ -86,7 +87,7 @@ async def test_run_shows_tok_s_and_the_verdict(tiny_model):
 
 async def test_q_during_the_prefill_exits_within_a_second(smollm2):
     job = RunJob(RunSettings(str(smollm2), 16_000, 32))
-    app = CliffApp(mode="run", sampler=Sampler(pid=os.getpid()), job=job, interval=0.25)
+    app = CliffApp("run", Session(sampler=Sampler(pid=os.getpid()), job=job, interval=0.25))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.pipeline.current is not None and app.pipeline.current.progress is not None
                        and app.pipeline.current.progress.phase == "prefill")
@@ -101,7 +102,7 @@ async def test_q_during_the_prefill_exits_within_a_second(smollm2):
 async def test_a_bad_model_shows_an_error_panel_and_keeps_running(tmp_path):
     bad = tmp_path / "notes.txt"
     bad.write_text("not a model")
-    app = CliffApp(mode="run", sampler=Sampler(), job=RunJob(RunSettings(str(bad), 256, 16)), interval=0.2)
+    app = CliffApp("run", Session(sampler=Sampler(), job=RunJob(RunSettings(str(bad), 256, 16)), interval=0.2))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.pipeline.last_failure is not None)
         await pilot.pause(0.3)
@@ -111,11 +112,11 @@ async def test_a_bad_model_shows_an_error_panel_and_keeps_running(tmp_path):
 
 
 async def test_triangulate_fills_the_pane_as_runs_complete(tiny_model):
-    from cliff_tui.triangulate import TriangulateJob
+    from cliff_tui.jobs.triangulate import TriangulateJob
 
     base = RunSettings(str(tiny_model), 0, 8)
     job = TriangulateJob(base, depths=[128, 256, 512], target=2048, reserve=None, kv_types=[("f16", "f16")])
-    app = CliffApp(mode="triangulate", sampler=Sampler(), job=job, interval=0.25)
+    app = CliffApp("triangulate", Session(sampler=Sampler(), job=job, interval=0.25))
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(pilot, lambda: len(app.pipeline.results) >= 1, timeout=120)
         await pilot.pause(0.5)
@@ -138,7 +139,7 @@ def demo_recording(tmp_path):
 
 
 async def test_target_key_changes_the_projection(demo_recording):
-    app = CliffApp(mode="replay", recording=demo_recording, speed=16)
+    app = CliffApp("replay", Session(recording=demo_recording, speed=16))
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("t")
         await pilot.pause(0.2)
@@ -150,9 +151,9 @@ async def test_target_key_changes_the_projection(demo_recording):
 
 
 async def test_replay_keys_move_the_time_cursor(demo_recording):
-    app = CliffApp(mode="replay", recording=demo_recording, speed=1)
+    app = CliffApp("replay", Session(recording=demo_recording, speed=1))
     async with app.run_test(size=(120, 36)) as pilot:
-        player = app.player
+        player = app.session.player
         await pilot.press("space")  # pause
         assert not player.playing
         await pilot.press("end")
@@ -178,14 +179,14 @@ async def test_replay_keys_move_the_time_cursor(demo_recording):
 
 async def test_r_records_to_a_timestamped_file_that_replays(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    app = CliffApp(mode="watch", sampler=Sampler(), interval=0.2)
+    app = CliffApp("watch", Session(sampler=Sampler(), interval=0.2))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.pipeline.latest is not None)
         await pilot.press("r")
-        assert app.recorder is not None and "REC" in screen_text(app)
+        assert app.session.recorder is not None and "REC" in screen_text(app)
         await pilot.pause(1.2)
         await pilot.press("r")
-        assert app.recorder is None
+        assert app.session.recorder is None
     files = list(tmp_path.glob("cliff-*.jsonl"))
     assert len(files) == 1
     recording = open_recording(files[0])
@@ -205,9 +206,9 @@ async def test_a_killed_watch_recording_replays(tmp_path):
         time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    app = CliffApp(mode="replay", recording=open_recording(path), speed=16)
+    app = CliffApp("replay", Session(recording=open_recording(path), speed=16))
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: not app.player.playing and app.player.position == app.player.t_end, 10)
+        await wait_for(pilot, lambda: not app.session.player.playing and app.session.player.position == app.session.player.t_end, 10)
         await pilot.pause(0.3)
         text = screen_text(app)
         assert "System RAM" in text and "replay s.jsonl" in text
@@ -216,7 +217,7 @@ async def test_a_killed_watch_recording_replays(tmp_path):
 
 async def test_no_color_keeps_every_state_readable(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
-    app = CliffApp(mode="run", preload=demo.gpu_cliff_run())
+    app = CliffApp("run", Session(preload=demo.gpu_cliff_run()))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause(0.3)
         assert app.no_color

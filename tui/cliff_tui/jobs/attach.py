@@ -1,9 +1,9 @@
 """``cliff-tui attach``: watch a chat that is already running, without loading a model.
 
-:class:`AttachJob` polls llama-server (``/metrics``, ``/slots``) and/or Ollama (``/api/ps``) and
-publishes a :class:`SessionReading` per poll; the pipeline turns their counters into tok/s and the
-signs. A server that does not answer is retried with exponential backoff; nothing here raises on
-network trouble. :func:`attach_once` is ``--once --json``: one sample and one reading per endpoint.
+:class:`AttachJob` polls llama-server (``/metrics``, ``/slots``) and/or Ollama (``/api/ps``). It
+publishes a :class:`SessionReading` per poll, and the server's decode rate as one stream of
+``DecodeWindow`` events: the only source of its tok/s series and of sign 3. A server that does
+not answer is retried with exponential backoff; nothing here raises on network trouble. :func:`attach_once` is ``--once --json``: one sample and one reading per endpoint.
 """
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from cliff_tui.analysis.session import SessionRateMeter
+from cliff_tui.analysis.server_rates import CounterMove, SessionRateMeter
 from cliff_tui.codec import to_plain
-from cliff_tui.engine.errors import BadInput
-from cliff_tui.events import DecodeWindow, Notice, SessionReading
-from cliff_tui.jobs import Publish
-from cliff_tui.pipeline import ATTACH_RUN_ID
-from cliff_tui.probes.endpoints import (
-    DEFAULT_URLS, LLAMA_SERVER, OLLAMA, READERS, BadUrl, SlotsRead, describe_discovery, discover, is_found,
-    normalise_url, probe_llama_server,
-)
+from cliff_tui.errors import BadInput
+from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, Notice, SessionReading
+from cliff_tui.jobs import OnWorker, Outcome, Publish
+from cliff_tui.probes.endpoints.discovery import DEFAULT_URLS, READERS, describe_discovery, discover, is_found
+from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
+from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, probe_llama_server
+from cliff_tui.probes.endpoints.ollama import OLLAMA
 from cliff_tui.report import sample_record
 
 MAX_BACKOFF_S = 30.0
@@ -32,7 +31,6 @@ SEARCH_BACKOFF_S = 10.0  # a server started after cliff-tui is found within this
 DISCOVERY_TIMEOUT_S = 1.0
 RECORD_KEYS = {LLAMA_SERVER: "llama_server", OLLAMA: "ollama"}
 NOTHING_GENERATED = "no tokens generated since llama-server started: send a chat request, then attach again"
-LIVE_RUN_ID = ATTACH_RUN_ID
 
 
 @dataclass(frozen=True)
@@ -112,6 +110,8 @@ class Poller:
         self.last: SessionReading | None = None
         self.live: list[LiveRate] = []
         self._meter = LiveDecodeMeter()
+        self._counters = SessionRateMeter()
+        self._live_since_move = False
 
     def backoff(self) -> float:
         return min(self.ceiling, max(self.interval, 1.0) * 2 ** (self.failures - 1))
@@ -129,6 +129,18 @@ class Poller:
         self.last = reading
         self.found = self.found or is_found(reading)
         return reading if self.found else None
+
+    def windows(self, reading: SessionReading) -> list[DecodeWindow]:
+        """This poll's decode rate: /slots' progress while a request runs; otherwise the counters'
+        move when a request ended that no two reads of /slots caught (never both for one request)."""
+        out = [live_window(reading.t, rate) for rate in self.live]
+        self._live_since_move = self._live_since_move or bool(out)
+        moved = self._counters.update(reading).decode_moved
+        if moved is not None:
+            if not self._live_since_move:
+                out.append(counter_window(reading, moved))
+            self._live_since_move = False
+        return out
 
 
 class AttachJob:
@@ -158,7 +170,7 @@ class AttachJob:
                     for s, u in DEFAULT_URLS.items()]
         return [Poller(e, self.interval) for e in self.endpoints]
 
-    def run(self, publish: Publish, cancel: threading.Event) -> None:
+    def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
         pollers = self.pollers()
         announced = not self.discover_defaults
         while not cancel.is_set():
@@ -168,6 +180,7 @@ class AttachJob:
             if polled and self.discover_defaults:
                 self._publish_not_found(pollers, publish)
             cancel.wait(max(0.0, min(p.due for p in pollers) - time.monotonic()))
+        return "cancelled"
 
     def _poll_due(self, pollers: list[Poller], publish: Publish, cancel: threading.Event, *,
                   announce_found: bool) -> bool:
@@ -185,8 +198,8 @@ class AttachJob:
             if announce_found and not was_found:
                 publish(Notice(reading.t, f"found {reading.source} at {reading.url}"))
             publish(reading)
-            for rate in poller.live:
-                publish(live_window(reading.t, rate))
+            for window in poller.windows(reading):
+                publish(window)
         return polled
 
     def _announce_search(self, pollers: list[Poller], publish: Publish) -> bool:
@@ -210,8 +223,15 @@ class AttachJob:
 
 
 def live_window(t: float, rate: LiveRate) -> DecodeWindow:
-    return DecodeWindow(t=t, run_id=LIVE_RUN_ID, phase="depth", depth=rate.depth or 0, n_tokens=rate.n_tokens,
+    return DecodeWindow(t=t, run_id=ATTACH_RUN_ID, phase="depth", depth=rate.depth or 0, n_tokens=rate.n_tokens,
                         tok_s=rate.tok_s, spread_tok_s=0.0)
+
+
+def counter_window(reading: SessionReading, moved: CounterMove) -> DecodeWindow:
+    """A finished request's rate from /metrics; its depth is the most cells a slot holds now."""
+    depth = max((s.tokens_used or 0 for s in reading.slots), default=0)
+    return DecodeWindow(t=reading.t, run_id=ATTACH_RUN_ID, phase="depth", depth=depth, n_tokens=moved.n_tokens,
+                        tok_s=moved.tok_s, spread_tok_s=0.0)
 
 
 def _checked_url(flag: str, url: str) -> str:

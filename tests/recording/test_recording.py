@@ -9,22 +9,21 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cliff_tui import demo
+from cliff_tui.recording import demo
 from cliff_tui.codec import event_from_plain, event_to_plain
-from cliff_tui.engine.errors import BadInput
+from cliff_tui.errors import BadInput
 from cliff_tui.events import (
     Alert, BufferSize, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, GpuDelta, GpuProcess, GpuReading,
     LogLine, ModelInfo, Notice, ProcessReading, RamReading, RunFailed, RunFinished, RunProgress, RunResult,
     RunSettings, RunStarted, Sample, ServedModel, SessionReading, SlotReading, SpeedVerdict, SwapReading,
     TriangulationPlanned, EVENT_TYPES,
 )
-from cliff_tui.recording.player import Player
+from cliff_tui.session import Session
 from cliff_tui.recording.reader import open_recording, parse_recording
 from cliff_tui.recording.writer import Recorder
 
@@ -214,16 +213,16 @@ def test_a_forward_seek_ends_where_a_seek_from_the_start_does(tmp_path):
     with Recorder.create(path, command=["test"]) as recorder:
         for event in demo.gpu_cliff_run():
             recorder.write(event)
-    stepped, direct = Player(open_recording(path)), Player(open_recording(path))
-    middle = (stepped.t_start + stepped.t_end) / 2
-    stepped.seek_to(middle, now=0)
+    stepped, direct = Session(recording=open_recording(path)), Session(recording=open_recording(path))
+    middle = (stepped.player.t_start + stepped.player.t_end) / 2
+    stepped.seek_fraction(0.5, now=0)
     kept = stepped.pipeline
     stepped.seek_by(10, now=0)  # forward from the middle: the same pipeline goes on
     assert stepped.pipeline is kept
-    direct.seek_to(middle + 10, now=0)
-    assert stepped.cursor == direct.cursor > 0
+    direct.seek_by(middle + 10 - direct.player.t_start, now=0)
+    assert stepped.player.cursor == direct.player.cursor > 0
     a, b = stepped.pipeline, direct.pipeline
     assert a.latest == b.latest and a.signs == b.signs and a.results == b.results
     assert list(a.history.get("ram.used").values) == list(b.history.get("ram.used").values)
     stepped.seek_by(-30, now=0)  # backward: rebuilt
-    assert stepped.pipeline is not a and stepped.position == pytest.approx(middle - 20)
+    assert stepped.pipeline is not a and stepped.player.position == pytest.approx(middle - 20)

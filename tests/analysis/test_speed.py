@@ -8,7 +8,7 @@ from pathlib import Path
 from cliff_tui.analysis.speed import classify_speed, fit_decline, find_knee, robust_line
 from cliff_tui.events import DecodePoint
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def _points(ms_at, depths, phase="probe"):

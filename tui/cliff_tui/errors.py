@@ -1,0 +1,52 @@
+"""User-facing failures: each carries one line that says what is wrong and what to do."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class CliffError(Exception):
+    """A problem the user can fix; ``str()`` is the one line to show.
+
+    ``published`` is set once the failure went out on the event stream as a ``RunFailed``,
+    so whoever catches it does not announce it twice."""
+
+    kind = "error"
+    published = False
+
+
+class BadInput(CliffError):
+    kind = "bad_input"
+
+
+class DoesNotFit(CliffError):
+    """The context could not be allocated: a data point for triangulation, not a crash."""
+
+    kind = "does_not_fit"
+
+    def __init__(self, message: str, n_ctx: int | None = None) -> None:
+        super().__init__(message)
+        self.n_ctx = n_ctx
+
+
+class Cancelled(CliffError):
+    kind = "cancelled"
+
+
+def file_error(exc: OSError, path: str | os.PathLike, what: str, hint: str = "") -> BadInput:
+    """The one line for a file that could not be opened, read or written.
+
+    ``what`` names the file's role ("recording", "prompt file"…); ``hint`` is what to do, appended
+    to the not-found and not-a-file cases."""
+    p = Path(path)
+    tail = f" ({hint})" if hint else ""
+    if isinstance(exc, FileNotFoundError):
+        return BadInput(f"{what} not found: {p}{tail}")
+    if isinstance(exc, IsADirectoryError):
+        return BadInput(f"{p} is a directory, not a {what}{tail}")
+    if isinstance(exc, FileExistsError):
+        return BadInput(f"{p} already exists: pass --force to overwrite it or choose another name")
+    if isinstance(exc, PermissionError):
+        return BadInput(f"permission denied: {p} ({what})")
+    return BadInput(f"cannot use the {what} {p}: {exc.strerror or exc}")

@@ -1,0 +1,142 @@
+"""HTTP for the endpoint probes: one GET that never raises for network trouble, URL checks, and the
+one-line descriptions of what went wrong."""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import math
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cliff_tui.events import ServerKind, ServerStatus, SessionReading
+from cliff_tui.probes.endpoints.prometheus import parse_prometheus
+from cliff_tui.units import MiB
+
+MAX_BODY_BYTES = 16 * MiB  # /slots carries every slot's prompt text: large in a long chat
+_KNOWN_SUFFIXES = ("/metrics", "/slots", "/props", "/health", "/api/ps", "/v1")
+_USER_AGENT = "cliff-tui"
+
+
+class BadUrl(ValueError):
+    """A URL that is not ``http(s)://host[:port]``."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One HTTP exchange: ``status`` is None when no answer came (``error`` says why)."""
+
+    url: str
+    status: int | None
+    body: str = ""
+    error: str | None = None
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+
+def normalise_url(url: str) -> str:
+    """``host:port``, ``http://host:port/``, ``…/metrics`` → ``http://host:port``."""
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadUrl(f"{url!r} is not an http(s)://host[:port] URL")
+    try:
+        parts.port
+    except ValueError:
+        raise BadUrl(f"{url!r} has a bad port") from None
+    path = parts.path.rstrip("/")
+    for suffix in _KNOWN_SUFFIXES:
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def _is_loopback(url: str) -> bool:
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def fetch(url: str, timeout: float) -> Reply:
+    """GET ``url``; never raises for network trouble or HTTP errors."""
+    request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT, "Accept": "*/*"})
+    # An http_proxy in the environment must not swallow a local server's address.
+    opener = _DIRECT if _is_loopback(url) else urllib.request.build_opener()
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            return Reply(url, response.status, _text(response.read(MAX_BODY_BYTES)))
+    except urllib.error.HTTPError as exc:
+        body = _text(exc.read(MAX_BODY_BYTES)) if exc.fp is not None else ""
+        return Reply(url, exc.code, body)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return Reply(url, None, error=describe_network_error(url, exc, timeout))
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def describe_network_error(url: str, exc: BaseException, timeout: float) -> str:
+    parts = urllib.parse.urlsplit(url)
+    where = parts.netloc or url
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, ConnectionRefusedError):
+        return f"nothing is listening on {where} (connection refused)"
+    if isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason):
+        return f"no answer from {where} within {timeout:g} s (timeout)"
+    if isinstance(reason, socket.gaierror):
+        return f"cannot resolve host {parts.hostname!r} (DNS: {reason.strerror or reason})"
+    if isinstance(reason, http.client.RemoteDisconnected):
+        return f"{where} closed the connection without answering (is it an HTTP server?)"
+    if isinstance(reason, ConnectionResetError):
+        return f"{where} reset the connection"
+    text = str(reason).strip() or type(reason).__name__
+    return f"cannot reach {where}: {text.splitlines()[0]}"
+
+
+Getter = Callable[[str, float], Reply]  # fetch(), or a stand-in in tests
+
+
+def server_reading(t: float, source: ServerKind, url: str, status: ServerStatus, message: str,
+            **fields: Any) -> SessionReading:
+    return SessionReading(t=t, source=source, url=url, status=status, message=message, **fields)
+
+
+def describe_body(reply: Reply) -> str:
+    """What a server that is not the one asked for answered, in a few words."""
+    body = reply.body.lstrip()
+    if not body:
+        return "an empty body"
+    if body[:1] == "<":
+        return "an HTML page"
+    names = {name.split(":")[0] for name in parse_prometheus(body) if ":" in name}
+    if names:
+        return "Prometheus metrics named " + ", ".join(sorted(f"{n}:*" for n in names)[:3])
+    if parse_prometheus(body):
+        return "Prometheus metrics without llamacpp:*"
+    first = body.splitlines()[0][:60]
+    return f"{first!r}"
+
+
+def as_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value)

@@ -1,0 +1,196 @@
+"""One monitoring session: the bus, the pipeline, the sampler, the job, the recorder and the player.
+
+The TUI, the headless front end, ``export`` and the tests all build a :class:`Session` and read
+``session.pipeline``; none of them wires these parts by hand. Producers (the sampler thread, a
+job, a recording being replayed) publish on the bus; the session feeds each event into the
+pipeline, writes it to the recorder and hands the alerts the pipeline raised to its listeners.
+
+Two ways to feed: *queued* (the TUI: producers only append to an inbox, the UI thread calls
+:meth:`drain` once a frame) and *direct* (headless: the event is fed on the producer's thread,
+under a lock).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from cliff_tui.bus import EventBus
+from cliff_tui.engine.priority import lower_other_threads
+from cliff_tui.errors import Cancelled, CliffError
+from cliff_tui.events import Alert, RunFailed
+from cliff_tui.jobs import Job, Outcome
+from cliff_tui.pipeline import Pipeline
+
+if TYPE_CHECKING:  # the probes (psutil, NVML) and the player load only where a session uses them
+    from cliff_tui.probes.sampler import Sampler, SamplerThread
+    from cliff_tui.recording.player import Player, Seek
+    from cliff_tui.recording.reader import Recording
+    from cliff_tui.recording.writer import Recorder
+
+AlertListener = Callable[[Alert], None]
+
+
+class Session:
+    def __init__(self, *, sampler: Sampler | None = None, job: Job | None = None, interval: float = 0.5,
+                 recorder: Recorder | None = None, recording: Recording | None = None, speed: int = 1,
+                 preload: Iterable[Any] = (), queued: bool = True) -> None:
+        self.bus = EventBus()
+        self.pipeline = Pipeline()
+        self.sampler = sampler
+        self.job = job
+        self.interval = interval
+        self.recorder: Recorder | None = None
+        self.player: Player | None = None
+        self.cancel = threading.Event()
+        self.alert_listeners: list[AlertListener] = []
+        self._inbox: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._preload = list(preload)
+        self._sampler_thread: SamplerThread | None = None
+        self._stop_recording: Callable[[], None] = lambda: None
+        self.bus.subscribe(self._inbox.append if queued else self._feed_locked)
+        if recorder is not None:
+            self.attach_recorder(recorder)
+        if recording is not None:
+            from cliff_tui.recording.player import Player
+
+            self.player = Player(recording, speed=speed)
+
+    # --- feeding --------------------------------------------------------------------------
+
+    def feed(self, event: Any) -> list[Alert]:
+        """Into the pipeline; the alerts it raised go to the recorder and the listeners."""
+        alerts = self.pipeline.feed(event)
+        for alert in alerts:
+            if self.recorder is not None:
+                self.recorder.write(alert)
+            for listener in self.alert_listeners:
+                listener(alert)
+        return alerts
+
+    def feed_all(self, events: Iterable[Any]) -> None:
+        for event in events:
+            self.feed(event)
+
+    def drain(self) -> int:
+        """Queued mode, on the consumer's thread: feed what the producers published so far."""
+        n = 0
+        while self._inbox:
+            self.feed(self._inbox.popleft())
+            n += 1
+        return n
+
+    def _feed_locked(self, event: Any) -> None:
+        with self._lock:
+            self.feed(event)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self, now: float | None = None) -> None:
+        """Feed the preloaded events, start sampling, and start the replay clock."""
+        self.feed_all(self._preload)
+        self._preload = []
+        if self.sampler is not None and self._sampler_thread is None:
+            from cliff_tui.probes.sampler import SamplerThread
+
+            self._sampler_thread = SamplerThread(self.sampler, self.bus.publish, self.interval).start()
+        if self.player is not None:
+            self.feed_all(self.player.start(time.monotonic() if now is None else now))
+
+    def stop(self) -> None:
+        """Cancel the job, stop sampling, close the recording (what was written stays readable)."""
+        self.cancel.set()
+        if self._sampler_thread is not None:
+            self._sampler_thread.stop()
+            self._sampler_thread = None
+        self.drain()
+        self.stop_recording()
+
+    def __enter__(self) -> "Session":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- the job --------------------------------------------------------------------------
+
+    def run_job(self) -> Outcome:
+        """Run the job to its end on this thread (the TUI's worker, or headless's main thread).
+
+        A failure the user can fix is published as ``RunFailed`` (once) and raised again."""
+        assert self.job is not None
+        lower_other_threads()  # the screen and the sampler yield to the engine this thread drives
+        on_worker = self.sampler.set_pid if self.sampler is not None else _ignore_pid
+        try:
+            return self.job.run(self.bus.publish, self.cancel, on_worker)
+        except Cancelled:
+            return "cancelled"
+        except CliffError as exc:
+            if not self.cancel.is_set() and not exc.published:
+                self.bus.publish(RunFailed(time.time(), "job", exc.kind, str(exc)))
+                exc.published = True
+            raise
+
+    def report_crash(self, error: BaseException) -> None:
+        """A bug in a job must not vanish silently: it becomes a failure on the screen."""
+        self.bus.publish(RunFailed(time.time(), "job", "error",
+                                   f"internal error: {type(error).__name__}: {error} (please report it)"))
+
+    # --- recording ------------------------------------------------------------------------
+
+    def attach_recorder(self, recorder: Recorder) -> None:
+        """Record every event from now on (after what a replay needs to show the screen so far)."""
+        self.stop_recording()
+        self.recorder = recorder
+        if self.pipeline.latest is not None or self.pipeline.runs:
+            recorder.write_snapshot(self.pipeline)
+        self._stop_recording = self.bus.subscribe(recorder.write)
+
+    def stop_recording(self) -> Recorder | None:
+        recorder, self.recorder = self.recorder, None
+        self._stop_recording()
+        self._stop_recording = lambda: None
+        if recorder is not None:
+            recorder.close()
+        return recorder
+
+    # --- replay ---------------------------------------------------------------------------
+
+    def replay_tick(self, now: float) -> None:
+        if self.player is not None:
+            self.feed_all(self.player.advance(now))
+
+    def replay_step(self) -> None:
+        if self.player is not None:
+            self.feed_all(self.player.step())
+
+    def toggle_play(self, now: float) -> None:
+        if self.player is not None:
+            self._apply(self.player.toggle(now))
+
+    def seek_by(self, seconds: float, now: float) -> None:
+        if self.player is not None:
+            self._apply(self.player.seek_by(seconds, now))
+
+    def seek_fraction(self, fraction: float, now: float) -> None:
+        if self.player is not None:
+            self._apply(self.player.seek_fraction(fraction, now))
+
+    def _apply(self, seek: Seek | None) -> None:
+        """A seek announces no alerts: a backward one starts a new pipeline, then the events up to
+        the new position are fed without the detectors, which run once at the end."""
+        if seek is None:
+            return
+        if seek.rebuild:
+            self.pipeline = Pipeline()
+        for event in seek.events:
+            self.pipeline.feed(event, signs=False)
+        self.pipeline.refresh_signs()
+
+
+def _ignore_pid(pid: int | None) -> None:
+    """No sampler to tell which worker process to follow."""
