@@ -633,7 +633,20 @@ def test_windows_shared_usage_is_matched_to_the_gpu_by_dedicated_usage():
     [r] = WindowsCounters(read_counter=read).fill([_gpu(0, 6 * GiB - 3 * MiB)])
     assert r.shared_used_bytes == 512 * MiB
     assert "shared_used_bytes" not in r.reasons
-    assert set(read.asked) == {ADAPTER_SHARED, ADAPTER_DEDICATED}
+    assert set(read.asked) == {ADAPTER_SHARED, ADAPTER_DEDICATED, PROCESS_SHARED}
+
+
+def test_windows_per_process_shared_usage_lands_on_the_gpus_processes():
+    read = _wddm(
+        shared={f"luid_{NV_LUID}_phys_0": 512 * MiB, f"luid_{IGPU_LUID}_phys_0": 1 * GiB},
+        dedicated={f"luid_{NV_LUID}_phys_0": 6 * GiB, f"luid_{IGPU_LUID}_phys_0": 128 * MiB},
+        process={f"pid_1234_luid_{NV_LUID}_phys_0": 300 * MiB, f"pid_88_luid_{IGPU_LUID}_phys_0": 5 * MiB},
+    )
+    gpu = dataclasses.replace(_gpu(0, 6 * GiB), processes=(GpuProcess(1234, 4 * GiB), GpuProcess(77, GiB)))
+    [r] = WindowsCounters(read_counter=read).fill([gpu])
+    by_pid = {p.pid: p for p in r.processes}
+    assert by_pid[1234] == GpuProcess(1234, 4 * GiB, 300 * MiB)
+    assert by_pid[77].shared_bytes is None and 88 not in by_pid  # pid 88 uses the other adapter
 
 
 def test_windows_two_gpus_get_two_adapters():
@@ -667,9 +680,10 @@ def test_windows_counter_instances_are_summed_per_adapter_and_per_process():
                             (f"luid_{IGPU_LUID}_phys_0", 7.0), ("_Total", 999.0)])
     assert adapters == {NV_LUID: 120.0, IGPU_LUID: 7.0}
     processes = per_process([(f"pid_1234_luid_{NV_LUID}_phys_0", 300.0),
-                             (f"pid_1234_luid_{IGPU_LUID}_phys_0", 12.0),
+                             (f"pid_1234_luid_{NV_LUID}_phys_1", 12.0),
+                             (f"pid_1234_luid_{IGPU_LUID}_phys_0", 7.0),
                              (f"pid_88_luid_{NV_LUID}_phys_0", 5.0), ("_Total", 999.0)])
-    assert processes == {1234: 312.0, 88: 5.0}
+    assert processes == {NV_LUID: {1234: 312.0, 88: 5.0}, IGPU_LUID: {1234: 7.0}}
 
 
 # --- platforms that cannot report shared VRAM ----------------------------------------------------

@@ -93,11 +93,19 @@ def test_never_overwrites_without_force(tmp_path):
     assert "cliff-tui-recording" in path.read_text()
 
 
+def wait_for_samples(path, n: int, limit: float = 60) -> None:
+    """Until the recording holds ``n`` samples (a loaded machine starts the interpreter slowly)."""
+    deadline = time.monotonic() + limit
+    while not path.exists() or path.read_bytes().count(b'"type":"sample"') < n:
+        assert time.monotonic() < deadline, f"fewer than {n} samples recorded in {limit:.0f} s"
+        time.sleep(0.05)
+
+
 def test_killed_recorder_loses_at_most_the_last_second(tmp_path):
     path = tmp_path / "s.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.2",
                              "--record", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(3.0)
+    wait_for_samples(path, 8)
     killed_at = time.time()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
@@ -116,7 +124,7 @@ def test_sigterm_closes_the_headless_recording_cleanly(tmp_path):
     path = tmp_path / "t.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.2",
                              "--record", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(2.0)
+    wait_for_samples(path, 3)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 0
     data = path.read_bytes()

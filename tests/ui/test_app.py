@@ -10,7 +10,7 @@ import time
 import pytest
 
 from cliff_tui.recording import demo
-from cliff_tui.events import RunSettings
+from cliff_tui.events import DecodeWindow, Notice, RunSettings, Sample
 from cliff_tui.jobs.run import RunJob
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.recording.reader import open_recording
@@ -125,7 +125,7 @@ async def test_triangulate_fills_the_pane_as_runs_complete(tiny_model):
         await pilot.pause(0.5)
         text = screen_text(app)
         assert "largest context before" in text
-        assert "linear" in text or "memory wall" in text
+        assert "linear" in text
         assert "context (tokens)" in text  # the chart's axis
 
 
@@ -175,6 +175,38 @@ async def test_replay_keys_move_the_time_cursor(demo_recording):
         assert player.playing
         await pilot.pause(0.5)
         assert "⏸" not in screen_text(app).splitlines()[0]
+
+
+async def test_replay_restarted_from_the_end_shows_each_sample_once(demo_recording):
+    """``end`` then ``space`` plays again from the start: into a new pipeline, which the app draws."""
+    app = CliffApp("replay", Session(recording=demo_recording, speed=16))
+    samples = sum(isinstance(e, Sample) for e in demo_recording.events)
+    async with app.run_test(size=(120, 36)) as pilot:
+        player = app.session.player
+        await pilot.press("end")
+        await pilot.press("space")
+        assert player.playing and player.position < player.t_start + 5  # ×16: a tick may have passed
+        await wait_for(pilot, lambda: not player.playing and player.position == player.t_end, 30)
+        await pilot.pause(0.3)
+        ram = app.pipeline.history.get("ram.used")
+        times = list(ram.times)
+        assert len(times) == samples and times == sorted(set(times))
+        assert len(app.pipeline.history.get("tok_s")) == sum(isinstance(e, DecodeWindow)
+                                                            for e in demo_recording.events)
+
+
+async def test_notices_are_drawn_under_the_signs():
+    session = Session(preload=[Notice(1.0, "flash attention turned on: a quantised V cache (-ctv q8_0) needs it"),
+                               Notice(2.0, "GPL-3: 8,312 tokens, repeated ×1.44 to reach 12,000")])
+    app = CliffApp("run", session)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.3)
+        lines = [line for line in screen_text(app).splitlines() if line.strip()]
+        signs = next(i for i, line in enumerate(lines) if "1 spill" in line)
+        assert "GPL-3: 8,312 tokens, repeated ×1.44 to reach 12,000" in lines[signs + 1]
+        await pilot.press("l")
+        await pilot.pause(0.2)
+        assert "flash attention turned on" in screen_text(app)
 
 
 async def test_r_records_to_a_timestamped_file_that_replays(tmp_path, monkeypatch):

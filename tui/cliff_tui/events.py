@@ -64,6 +64,7 @@ class ProcessReading:
 class GpuProcess:
     pid: int
     used_bytes: int | None
+    shared_bytes: int | None = None  # Windows (WDDM): this process's shared GPU memory
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ class SpeedVerdict:
 
 @dataclass(frozen=True)
 class RunResult:
-    """The seed's measurements for one context: memory peak − baseline, speed baseline → depth."""
+    """The measurements of one context: memory peak − baseline, speed baseline → depth."""
 
     run_id: str
     settings: RunSettings

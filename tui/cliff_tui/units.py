@@ -56,7 +56,7 @@ def fmt_duration(seconds: float | None, na: str = "–") -> str:
 
 
 def parse_tokens(text: str) -> int:
-    """``16k`` → 16000, ``65k`` → 65000 (the seed's depths), ``2048`` → 2048."""
+    """``16k`` → 16000, ``65k`` → 65000 (k is 1000, as in the method's depths), ``2048`` → 2048."""
     text = text.strip().lower()
     if not text:
         raise ValueError("empty token count")

@@ -1,8 +1,7 @@
 """Sign 3, honestly: decode slows with depth by itself, so judge the drop against a fit.
 
-Attention reads every cached token, so time per token grows about linearly with depth even
-with no spill at all (measured on 2 CPU threads: 85 tok/s at depth 16 → 21 at 7.9k → 12.7 at
-16k). We fit ``ms/token ≈ a + b·depth`` on the run's shallower points and judge the deeper ones
+Attention reads every cached token, so time per token grows with depth even with no spill at
+all (see bench/RESULTS.md for measured curves). We fit ``ms/token ≈ a + b·depth`` on the run's shallower points and judge the deeper ones
 against that line: a knee beyond the fit is the cliff, a steady decline is not.
 """
 

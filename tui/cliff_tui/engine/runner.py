@@ -1,4 +1,4 @@
-"""One run of the seed's experiment, publishing events as it goes.
+"""One run of the method (baseline, deep prefill, decode at depth), publishing events as it goes.
 
 1. load the model and create the context (n_ctx = depth + n_gen, padded as llama.cpp pads);
    llama.cpp reserves the whole KV cache here, and logs each buffer's size;

@@ -1,9 +1,8 @@
 """Each measurement point in a fresh process.
 
 In one process, RSS does not come back when a llama.cpp context is freed (glibc keeps the
-memory and raises its mmap threshold; measured: a 2048-token context created after freeing a
-1024 one showed no RSS rise at all), so points taken one after another in one process would be
-wrong. A worker is started with the ``spawn`` method (a clean interpreter, no inherited heap),
+memory and raises its mmap threshold: a larger context created after freeing a smaller one can
+show no RSS rise at all), so points taken one after another in one process would be wrong. A worker is started with the ``spawn`` method (a clean interpreter, no inherited heap),
 runs one :class:`Run` or the calibration, and sends every event back over a pipe.
 """
 

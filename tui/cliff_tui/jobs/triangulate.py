@@ -19,10 +19,10 @@ import threading
 import time
 from typing import Sequence
 
-from cliff_tui.analysis.theory import kv_bytes_per_token, pad_n_ctx
+from cliff_tui.analysis.theory import kv_bytes_per_token
 from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.engine.gguf_meta import read_model_info
-from cliff_tui.engine.runner import RunOptions, resolve_settings
+from cliff_tui.engine.runner import RunOptions, context_size, resolve_settings
 from cliff_tui.engine.worker import PrefillProfile, calibrate, run_point
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.events import (
@@ -72,7 +72,7 @@ def _scaled(ratios: Sequence[float], deepest: int) -> list[int]:
 
 
 def plan_depths(profile: PrefillProfile, budget_s: float, n_gen: int) -> tuple[list[int], str, bool]:
-    """The seed's depths if they fit the budget on this machine, else the same shape scaled
+    """16k/32k/65k if they fit the budget on this machine, else the same shape scaled
     down; the note says which, with the estimates. Returns (depths, note, reduced)."""
     default_time = estimate_seconds(profile, DEFAULT_DEPTHS, n_gen, chain=True)
     if default_time <= budget_s:
@@ -180,7 +180,7 @@ class TriangulateJob:
         if code is None:
             raise Cancelled("cancelled")
         if not outcome:
-            n_ctx = pad_n_ctx(settings.n_ctx or settings.depth + settings.n_gen)
+            n_ctx = context_size(settings)
             why = "killed by a signal (out of memory?)" if code and code < 0 else f"exit code {code}"
             publish(RunFailed(time.time(), options.run_id, "does_not_fit",
                               f"the worker for {settings.depth:,} tokens died: {why}", n_ctx=n_ctx,

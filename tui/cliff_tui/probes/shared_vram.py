@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from cliff_tui.events import GpuReading
+from cliff_tui.events import GpuProcess, GpuReading
 from cliff_tui.probes.amd import read_sysfs_int
 
 NVIDIA_LINUX_REASON = (
@@ -88,15 +88,25 @@ def per_adapter(items: Sequence[tuple[str, float]]) -> dict[str, float]:
     return out
 
 
-def per_process(items: Sequence[tuple[str, float]]) -> dict[int, float]:
-    """``pid_1234_luid_…`` instances summed per PID."""
-    out: dict[int, float] = {}
+def per_process(items: Sequence[tuple[str, float]]) -> dict[str, dict[int, float]]:
+    """``pid_1234_luid_…`` instances summed per adapter LUID, then per PID."""
+    out: dict[str, dict[int, float]] = {}
     for name, value in items:
-        match = _PID_RE.match(name)
-        if match:
-            pid = int(match.group(1))
-            out[pid] = out.get(pid, 0.0) + value
+        pid, luid = _PID_RE.match(name), _LUID_RE.search(name)
+        if pid and luid:
+            by_pid = out.setdefault(luid.group(1), {})
+            by_pid[int(pid.group(1))] = by_pid.get(int(pid.group(1)), 0.0) + value
     return out
+
+
+def with_shared(processes: Sequence[GpuProcess] | None, shared: dict[int, float]) -> tuple[GpuProcess, ...] | None:
+    """The GPU's processes, each with its shared usage; a process only WDDM knows is added."""
+    if not shared:
+        return None if processes is None else tuple(processes)
+    by_pid = {p.pid: p for p in processes or ()}
+    for pid, value in shared.items():
+        by_pid[pid] = dataclasses.replace(by_pid.get(pid, GpuProcess(pid, None)), shared_bytes=int(value))
+    return tuple(by_pid.values())
 
 
 class WindowsCounters:
@@ -110,6 +120,7 @@ class WindowsCounters:
         try:
             shared = per_adapter(self._read(ADAPTER_SHARED))
             dedicated = per_adapter(self._read(ADAPTER_DEDICATED))
+            processes = per_process(self._read(PROCESS_SHARED))
         except OSError as exc:
             return Unavailable(f"not available: Windows GPU counters unreadable ({exc})").fill(gpus)
         out, free = [], set(shared)
@@ -119,7 +130,8 @@ class WindowsCounters:
                 out.append(_with_reason(gpu, "not available: no WDDM adapter matches this GPU"))
                 continue
             free.discard(luid)
-            out.append(dataclasses.replace(gpu, shared_used_bytes=int(shared[luid])))
+            out.append(dataclasses.replace(gpu, shared_used_bytes=int(shared[luid]),
+                                           processes=with_shared(gpu.processes, processes.get(luid, {}))))
         return out
 
 

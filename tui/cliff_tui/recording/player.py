@@ -85,6 +85,7 @@ class Player:
             self.cursor = 0
         self.position = target
         self._wall = now
+        self.playing = self.playing and target < self.t_end
         return Seek(rebuild, self._take_until(self.position))
 
     def seek_by(self, seconds: float, now: float) -> Seek:

@@ -1,0 +1,122 @@
+"""The pipeline's own rules: alert escalation, an attached server's readings and rates, notices."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cliff_tui.codec import event_to_plain
+from cliff_tui.events import (
+    ATTACH_RUN_ID, DecodeWindow, Notice, RamReading, Sample, ServedModel, SessionReading, SlotReading, SwapReading,
+)
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.recording.reader import parse_recording
+from cliff_tui.recording.schema import make_header
+from cliff_tui.units import GiB, MiB
+
+URL = "http://127.0.0.1:8080"
+
+
+def swap_sample(t: float, swap_used: int) -> Sample:
+    return Sample(t, RamReading(4 * GiB, 16 * GiB, 12 * GiB), SwapReading(swap_used, 4 * GiB))
+
+
+def llama_reading(t: float, tokens: float, seconds: float, *, used: int = 1024, processing: bool = True,
+                  status: str = "ok") -> SessionReading:
+    return SessionReading(t, "llama-server", URL, status, "", tokens_predicted_total=tokens,
+                          tokens_predicted_seconds_total=seconds, requests_processing=int(processing),
+                          slots=(SlotReading(0, 4096, used, processing),))
+
+
+def window(t: float, tok_s: float, depth: int = 1024) -> DecodeWindow:
+    return DecodeWindow(t, ATTACH_RUN_ID, "depth", depth, 8, tok_s, 0.0)
+
+
+# --- alerts -----------------------------------------------------------------------------------------
+
+
+def test_an_alert_is_raised_once_per_escalation_and_again_after_a_recovery():
+    p = Pipeline()
+    assert p.feed(swap_sample(0, 0)) == []  # the baseline
+    (red,) = p.feed(swap_sample(1, 200 * MiB))
+    assert (red.sign, red.level) == (1, "red") and "swap +200 MiB" in red.message
+    assert p.feed(swap_sample(2, 300 * MiB)) == []  # still red: no second alert
+    assert p.feed(swap_sample(3, 0)) == []  # back to the baseline: fine, nothing to announce
+    (again,) = p.feed(swap_sample(4, 250 * MiB))
+    assert again.level == "red" and list(p.alerts) == [red, again]
+
+
+def test_signs_false_feeds_without_announcing_and_refresh_catches_up():
+    p = Pipeline()
+    p.feed(swap_sample(0, 0))
+    assert p.feed(swap_sample(1, 200 * MiB), signs=False) == []
+    assert p.signs[1].level != "red"
+    p.refresh_signs()
+    assert p.signs[1].level == "red" and not p.alerts
+
+
+# --- an attached server -------------------------------------------------------------------------------
+
+
+def test_server_readings_never_write_the_tok_s_series_their_windows_do():
+    """llama-server's counters move only when a request ends: during the next request a reading
+    repeats the old rate. Only the job's DecodeWindows (one stream) may feed tok/s and sign 3."""
+    p = Pipeline()
+    p.feed(llama_reading(0, 0, 0))
+    p.feed(llama_reading(1, 480, 10))  # a request ended: the counters say 48 tok/s
+    for t, live in ((2, 30.0), (3, 31.0), (4, 29.0)):  # the next request, live from /slots
+        p.feed(llama_reading(t, 480, 10))  # the stale counters, repeated
+        p.feed(window(t + 0.5, live))
+    assert list(p.history.get("tok_s").values) == [30.0, 31.0, 29.0]
+    assert p.live_tok_s() == 29.0
+    assert p.session_rates.decode_tok_s == pytest.approx(48.0)  # still shown as the server's counters
+
+
+def test_the_speed_verdict_of_an_attached_server_comes_from_its_windows():
+    p = Pipeline()
+    for i in range(6):
+        p.feed(window(float(i), 50.0 - i, depth=512 * (i + 1)))
+    verdict = p.speed_verdict()
+    assert verdict is not None and verdict.level == "ok"
+    assert p.signs[3].level == "ok"
+
+
+def test_llama_server_readings_carry_the_rates_and_ollama_only_its_models():
+    p = Pipeline()
+    p.feed(llama_reading(0, 0, 0))
+    ollama = SessionReading(1, "ollama", "http://127.0.0.1:11434", "ok", "",
+                            models=(ServedModel("qwen", 5 * GiB, 4 * GiB, 8192),))
+    p.feed(ollama)
+    assert p.session.source == "llama-server"  # Ollama's reading does not replace it
+    assert set(p.sessions) == {("llama-server", URL), ("ollama", "http://127.0.0.1:11434")}
+    assert p.kv_on_gpu is True  # Ollama says part of a model sits in VRAM
+
+
+def test_generating_follows_the_servers_slots():
+    p = Pipeline()
+    p.feed(llama_reading(0, 0, 0, processing=True))
+    assert p.generating
+    p.feed(llama_reading(1, 0, 0, processing=False))
+    assert not p.generating
+    p.feed(llama_reading(2, 0, 0, processing=True, status="unreachable"))
+    assert not p.generating
+
+
+# --- notices and the words records hold -------------------------------------------------------------
+
+
+def test_notices_are_kept_for_the_screen():
+    p = Pipeline()
+    p.feed(Notice(1.0, "flash attention turned on: a quantised V cache (-ctv q8_0) needs it"))
+    p.feed(Notice(2.0, "16k/32k/65k would take about 1h09m here", "warning"))
+    assert [n.level for n in p.notices] == ["info", "warning"]
+
+
+def test_a_recording_with_a_word_no_record_knows_is_a_clear_error_not_a_style():
+    notice = event_to_plain(Notice(1.0, "depths scaled", "warning"))
+    lines = [make_header(["test"], False), notice, {**notice, "level": "warn"}]
+    data = ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
+    recording = parse_recording(data)
+    assert [e.level for e in recording.events] == ["warning"]
+    assert "level must be one of 'info', 'warning', not 'warn'" in recording.problems
