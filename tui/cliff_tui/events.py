@@ -127,6 +127,7 @@ class ModelInfo:
     token_shift_count: int | None = None
     shortconv_l_cache: int | None = None
     block_weight_bytes: tuple[int, ...] | None = None  # weights of each blk.N, from the tensor table
+    output_weight_bytes: int | None = None  # output.weight (token_embd.weight where they are tied)
 
 
 @dataclass(frozen=True)

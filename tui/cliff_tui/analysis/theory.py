@@ -453,6 +453,19 @@ def kv_total_bytes(model: ModelInfo, settings: KvSettings, backend: Backend = CP
     return None if breakdown is None else breakdown.total_bytes
 
 
+def kv_bytes_by_layer(model: ModelInfo, settings: KvSettings, backend: Backend = CPU) -> dict[int, int] | None:
+    """Cache bytes per layer index (a layer's cache sits on that layer's device with -ngl)."""
+    layout = kv_layout(model)
+    if layout is None:
+        return None
+    fa = check_settings(model, settings)
+    geo = geometry(model, settings, layout.n_swa)
+    out: dict[int, int] = {}
+    for layer in layout.layers:
+        out[layer.index] = out.get(layer.index, 0) + layer_bytes(layer, layout, settings, geo, fa, backend)
+    return out
+
+
 def _part(group: list[Layer], layout: Layout, settings: KvSettings, geo: Geometry, fa: bool,
           backend: Backend) -> KvPart:
     first, n = group[0], len(group)

@@ -6,6 +6,7 @@ A small reader of its own: the ``gguf`` package parses every tokenizer string (s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import struct
@@ -128,25 +129,32 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
     if size <= data_start + max_offset:
         raise BadInput(f"{p} is a truncated GGUF ({size:,} bytes, its tensors need more than "
                        f"{data_start + max_offset:,}): download or convert it again")
-    return model_info_from_metadata(str(p), size, meta, block_weight_bytes(tensors, size - data_start))
+    sizes = tensor_sizes(tensors, size - data_start)
+    info = model_info_from_metadata(str(p), size, meta)
+    output = sizes.get("output.weight", sizes.get("token_embd.weight"))
+    return dataclasses.replace(info, block_weight_bytes=block_weight_bytes(sizes), output_weight_bytes=output)
 
 
-def block_weight_bytes(tensors: list[tuple[str, int]], data_bytes: int) -> tuple[int, ...] | None:
-    """Bytes of each ``blk.N.*`` group, each tensor's size taken as the gap to the next offset."""
+def tensor_sizes(tensors: list[tuple[str, int]], data_bytes: int) -> dict[str, int]:
+    """Each tensor's bytes, taken as the gap to the next offset (alignment padding included)."""
     ordered = sorted(tensors, key=lambda t: t[1])
-    sizes: dict[int, int] = {}
-    for i, (name, offset) in enumerate(ordered):
+    ends = [offset for _, offset in ordered[1:]] + [data_bytes]
+    return {name: end - offset for (name, offset), end in zip(ordered, ends)}
+
+
+def block_weight_bytes(sizes: dict[str, int]) -> tuple[int, ...] | None:
+    """Bytes of each ``blk.N.*`` group."""
+    blocks: dict[int, int] = {}
+    for name, size in sizes.items():
         match = _BLOCK_RE.match(name)
         if match:
-            end = ordered[i + 1][1] if i + 1 < len(ordered) else data_bytes
-            sizes[int(match[1])] = sizes.get(int(match[1]), 0) + end - offset
-    if not sizes:
+            blocks[int(match[1])] = blocks.get(int(match[1]), 0) + size
+    if not blocks:
         return None
-    return tuple(sizes.get(i, 0) for i in range(max(sizes) + 1))
+    return tuple(blocks.get(i, 0) for i in range(max(blocks) + 1))
 
 
-def model_info_from_metadata(path: str, size: int, meta: dict[str, Any],
-                             block_bytes: tuple[int, ...] | None = None) -> ModelInfo:
+def model_info_from_metadata(path: str, size: int, meta: dict[str, Any]) -> ModelInfo:
     arch = meta.get("general.architecture")
 
     def key(name: str) -> Any:
@@ -197,7 +205,6 @@ def model_info_from_metadata(path: str, size: int, meta: dict[str, Any],
         wkv_head_size=num("wkv.head_size"),
         token_shift_count=num("token_shift_count"),
         shortconv_l_cache=num("shortconv.l_cache"),
-        block_weight_bytes=block_bytes,
     )
 
 
