@@ -39,7 +39,7 @@ def models(gemma3: str | None, folder: Path) -> list[tuple[str, Path]]:
     from tiny_model import write_tiny, write_tiny_llama
     from cliff_tui.engine.default_model import default_model_path
 
-    out = [(f"tiny {arch}", write_tiny(arch, folder)) for arch in ("llama", "gemma3", "deepseek2", "mamba")]
+    out = [(f"tiny {arch}", write_tiny(arch, folder)) for arch in ("llama", "gemma3", "deepseek2", "mamba", "jamba")]
     out.append(("tiny deci (2/1/4 KV heads)", write_tiny_llama(folder / "deci.gguf", n_layer=3,
                                                                n_head_kv=[2, 1, 4], arch="deci")))
     out.append(("SmolLM2-135M Q4_1", default_model_path()))

@@ -72,7 +72,8 @@ class TinyLlama:
 
     def allocation(self, s: KvSettings) -> Allocation | None:
         """None where llama.cpp refuses the context."""
-        mark = len(self.log.lines)
+        seen: list[str] = []
+        stop = self.log.listen(lambda line: seen.append(line.text))
         params = L.llama_context_default_params()
         params.n_ctx = s.n_ctx
         params.n_batch = s.n_batch
@@ -84,12 +85,15 @@ class TinyLlama:
         params.type_v = GGML_TYPES[s.type_v]
         params.flash_attn_type = FLASH_ATTN[s.flash_attn]
         params.n_threads = params.n_threads_batch = 1
-        ctx = L.llama_init_from_model(self.ptr, params)
+        try:
+            ctx = L.llama_init_from_model(self.ptr, params)
+        finally:
+            stop()
         if not ctx:
             return None
         try:
             parts = memory_breakdown(ctx)
-            lines = tuple(line.text for line in list(self.log.lines)[mark:])
+            lines = tuple(seen)
             logged = [b for b in map(parse_buffer_line, lines) if b and b.kind in ("kv", "recurrent")]
             return Allocation(
                 n_ctx=L.llama_n_ctx(ctx),

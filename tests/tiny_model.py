@@ -2,9 +2,10 @@
 
 They only have to load and run in real llama.cpp (well under a second, a few MiB): a byte-fallback
 SPM vocabulary and a few layers. One writer per architecture whose KV cache llama.cpp lays out
-differently: llama (plain attention; ``sliding_window`` adds the key, the arch stays llama),
-gemma3 (interleaved sliding-window layers), deepseek2 (MLA: one compressed K row, no V) and
-mamba (a recurrent state per sequence, no per-token cache).
+differently: llama (plain attention; ``sliding_window`` adds the key, the arch stays llama;
+``arch="deci"`` for per-layer KV heads), gemma3 (interleaved sliding-window layers), deepseek2
+(MLA: one compressed K row, no V), mamba (a recurrent state per sequence, no per-token cache)
+and jamba (a hybrid of the two).
 """
 
 from __future__ import annotations
@@ -182,18 +183,58 @@ def write_tiny_mamba(path: Path, *, n_layer: int = 2, n_embd: int = 64, d_state:
     m.w.add_layer_norm_rms_eps(1e-5)
     m.embeddings(n_embd)
     for i in range(n_layer):
-        blk = f"blk.{i}"
-        m.ones(f"{blk}.attn_norm.weight", n_embd)
-        m.random(f"{blk}.ssm_in.weight", 2 * d_inner, n_embd)
-        m.random(f"{blk}.ssm_conv1d.weight", d_inner, d_conv)
-        m.random(f"{blk}.ssm_conv1d.bias", d_inner)
-        m.random(f"{blk}.ssm_x.weight", dt_rank + 2 * d_state, d_inner)
-        m.random(f"{blk}.ssm_dt.weight", d_inner, dt_rank)
-        m.random(f"{blk}.ssm_dt.bias", d_inner)
-        m.w.add_tensor(f"{blk}.ssm_a", -np.ones((d_inner, d_state), dtype=np.float32))
-        m.ones(f"{blk}.ssm_d", d_inner)
-        m.random(f"{blk}.ssm_out.weight", n_embd, d_inner)
+        m.ones(f"blk.{i}.attn_norm.weight", n_embd)
+        _mamba_block(m, i, n_embd, d_inner, d_state, d_conv, dt_rank)
     return m.finish()
+
+
+def write_tiny_jamba(path: Path, *, n_layer: int = 4, n_embd: int = 64, n_head: int = 2, n_head_kv: int = 1,
+                     attention_every: int = 2, n_ff: int = 128, d_state: int = 16, d_conv: int = 4,
+                     dt_rank: int = 8, n_ctx_train: int = 4096, seed: int = 0) -> Path:
+    """Jamba, a hybrid: Mamba layers (no KV heads in the per-layer array) and, every
+    ``attention_every``-th layer, an attention layer with a per-token cache."""
+    m = _Model(path, "jamba", "tiny-test-jamba", seed)
+    d_inner = 2 * n_embd
+    kv_heads = [n_head_kv if (i + 1) % attention_every == 0 else 0 for i in range(n_layer)]
+    m.w.add_block_count(n_layer)
+    m.w.add_context_length(n_ctx_train)
+    m.w.add_embedding_length(n_embd)
+    m.w.add_feed_forward_length(n_ff)
+    m.w.add_head_count(n_head)
+    m.w.add_head_count_kv(kv_heads)
+    m.uint("ssm.conv_kernel", d_conv)
+    m.uint("ssm.inner_size", d_inner)
+    m.uint("ssm.state_size", d_state)
+    m.uint("ssm.time_step_rank", dt_rank)
+    m.w.add_layer_norm_rms_eps(1e-5)
+    m.embeddings(n_embd)
+    head_dim = n_embd // n_head
+    for i, heads in enumerate(kv_heads):
+        if heads:
+            _attention(m, i, n_embd, n_embd, heads * head_dim)
+        else:
+            m.ones(f"blk.{i}.attn_norm.weight", n_embd)
+            _mamba_block(m, i, n_embd, d_inner, d_state, d_conv, dt_rank, norms=True)
+        _ffn(m, i, n_embd, n_ff)
+    return m.finish()
+
+
+def _mamba_block(m: _Model, i: int, n_embd: int, d_inner: int, d_state: int, d_conv: int, dt_rank: int,
+                 norms: bool = False) -> None:
+    blk = f"blk.{i}"
+    m.random(f"{blk}.ssm_in.weight", 2 * d_inner, n_embd)
+    m.random(f"{blk}.ssm_conv1d.weight", d_inner, d_conv)
+    m.random(f"{blk}.ssm_conv1d.bias", d_inner)
+    m.random(f"{blk}.ssm_x.weight", dt_rank + 2 * d_state, d_inner)
+    m.random(f"{blk}.ssm_dt.weight", d_inner, dt_rank)
+    m.random(f"{blk}.ssm_dt.bias", d_inner)
+    if norms:
+        m.ones(f"{blk}.ssm_dt_norm.weight", dt_rank)
+        m.ones(f"{blk}.ssm_b_norm.weight", d_state)
+        m.ones(f"{blk}.ssm_c_norm.weight", d_state)
+    m.w.add_tensor(f"{blk}.ssm_a", -np.ones((d_inner, d_state), dtype=np.float32))
+    m.ones(f"{blk}.ssm_d", d_inner)
+    m.random(f"{blk}.ssm_out.weight", n_embd, d_inner)
 
 
 def _attention(m: _Model, i: int, n_embd: int, n_q: int, n_kv: int) -> None:
@@ -216,6 +257,7 @@ WRITERS: dict[str, Callable[..., Path]] = {
     "gemma3": write_tiny_gemma3,
     "deepseek2": write_tiny_deepseek2,
     "mamba": write_tiny_mamba,
+    "jamba": write_tiny_jamba,
 }
 
 

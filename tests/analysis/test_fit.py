@@ -135,3 +135,13 @@ def test_markdown_and_record_carry_the_same_table(smol):
     assert record["best_command"] == table.best.command
     assert [o["type_k"] for o in record["options"]] == [o.type_k for o in table.options]
     assert record["usable_bytes"] == 184 * MiB
+
+
+def test_the_advisor_needs_neither_llama_cpp_nor_textual():
+    import subprocess
+    import sys
+
+    code = ("import sys, cliff_tui.analysis.fit; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('llama_cpp', 'textual')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

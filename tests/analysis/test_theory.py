@@ -13,7 +13,7 @@ from cliff_tui.engine.gguf_meta import read_model_info
 from llama_alloc import TinyLlama
 from tiny_model import write_tiny, write_tiny_llama
 
-ARCHS = ("llama", "gemma3", "deepseek2", "mamba")
+ARCHS = ("llama", "gemma3", "deepseek2", "mamba", "jamba")
 TYPES = (("f16", "on"), ("f16", "off"), ("q8_0", "on"), ("q4_0", "on"))
 SHAPES = [  # n_ctx, n_seq, kv_unified, swa_full
     (1300, 1, False, False), (1300, 1, False, True), (5000, 1, False, False),
