@@ -27,17 +27,22 @@ from benchutil import ROOT, command_line, machine_line
 
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests")]
 
-from cliff_tui.analysis.theory import InvalidSettings, KvSettings, kv_breakdown, textbook_bytes_per_token  # noqa: E402
-from cliff_tui.engine.gguf_meta import read_model_info  # noqa: E402
-from cliff_tui.units import fmt_bytes  # noqa: E402
+from cliff_tui.analysis.theory import (
+    InvalidSettings,
+    KvSettings,
+    kv_breakdown,
+    textbook_bytes_per_token,
+)
+from cliff_tui.engine.gguf_meta import read_model_info
+from cliff_tui.units import fmt_bytes
 
 TYPES = (("f16", "on"), ("f16", "off"), ("q8_0", "on"), ("q4_0", "on"))
 SEQS = ((1, False), (4, False), (4, True))  # n_seq, kv_unified
 
 
 def models(gemma3: str | None, folder: Path) -> list[tuple[str, Path]]:
-    from tiny_model import write_tiny, write_tiny_llama
     from cliff_tui.engine.default_model import default_model_path
+    from tiny_model import write_tiny, write_tiny_llama
 
     out = [(f"tiny {arch}", write_tiny(arch, folder)) for arch in ("llama", "gemma3", "deepseek2", "mamba", "jamba")]
     out.append(("tiny deci (2/1/4 KV heads)", write_tiny_llama(folder / "deci.gguf", n_layer=3,
@@ -120,17 +125,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         found = models(args.gemma3, Path(folder))
         out = [f"`{command_line(__file__)}` — {machine_line()}", "",
-               "| model | n_ctx | cache (fa on, 1 seq) | llama.cpp allocated, B | theory, B | | textbook | "
-               "textbook / allocated |", "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: |"]
+               ("| model | n_ctx | cache (fa on, 1 seq) | llama.cpp allocated, B | theory, B | | textbook | "
+               "textbook / allocated |"), "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: |"]
         summary, misses = [], []
         for name, path in found:
             rows, n, exact, miss = measure(name, path)
             out += rows
             misses += miss
             summary.append(f"- {name}: {exact} of {n} settings exact")
-        out += ["", "Settings per model: n_ctx × {f16 fa on, f16 fa off, q8_0, q4_0} × {1 seq, 4 seqs, 4 seqs "
+        out += ["", ("Settings per model: n_ctx × {f16 fa on, f16 fa off, q8_0, q4_0} × {1 seq, 4 seqs, 4 seqs "
                 "unified} × swa_full on/off where the model has sliding-window layers; a setting llama.cpp "
-                "refuses counts as exact when the theory refuses it too.", ""] + summary + [""]
+                "refuses counts as exact when the theory refuses it too."), ""] + summary + [""]
         if misses:
             out += ["Differences:", ""] + [f"- {m}" for m in misses] + [""]
         for name, path in found:

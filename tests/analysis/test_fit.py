@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from cliff_tui.analysis.fit import MeasuredLine, fit_record, fit_table, format_fit_markdown
+from cliff_tui.analysis.fit import (
+    MeasuredLine,
+    fit_record,
+    fit_table,
+    format_fit_markdown,
+)
 from cliff_tui.analysis.theory import KvSettings, kv_breakdown
 from cliff_tui.engine.gguf_meta import read_model_info
 from llama_alloc import TinyLlama
@@ -48,7 +52,7 @@ def test_smollm2_on_a_small_ram_tier_needs_a_quantised_cache(smol):
 def test_the_largest_context_is_the_last_multiple_of_256_that_fits(smol):
     table = fit_table(smol, 160 * MiB, reserve_bytes=0)
     for o in (o for o in table.options if o.valid):
-        def need(n):
+        def need(n, o=o):
             kv = kv_breakdown(smol, KvSettings(n_ctx=n, type_k=o.type_k, type_v=o.type_v, n_seq=4,
                                                kv_unified=True, flash_attn="on" if o.flash_attn else "off"))
             return table.weights_bytes + table.output_bytes + kv.total_bytes

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 
 import pytest
-
-from cliff_tui.analysis.theory import (InvalidSettings, KvSettings, kv_breakdown, kv_layout, known_differences,
-                                       pad_n_ctx, textbook_bytes_per_token)
+from cliff_tui.analysis.theory import (
+    InvalidSettings,
+    KvSettings,
+    known_differences,
+    kv_breakdown,
+    kv_layout,
+    pad_n_ctx,
+    textbook_bytes_per_token,
+)
 from cliff_tui.engine.gguf_meta import read_model_info
 from llama_alloc import TinyLlama
 from tiny_model import write_tiny, write_tiny_llama

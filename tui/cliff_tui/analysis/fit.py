@@ -14,11 +14,23 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
-from cliff_tui.analysis.theory import (CPU, CUDA, QUANTISED, Backend, InvalidSettings, KvBreakdown, KvSettings,
-                                       N_CTX_PAD, kv_breakdown, kv_bytes_by_layer, kv_layout)
+from cliff_tui.analysis.theory import (
+    CPU,
+    CUDA,
+    N_CTX_PAD,
+    QUANTISED,
+    Backend,
+    InvalidSettings,
+    KvBreakdown,
+    KvSettings,
+    kv_breakdown,
+    kv_bytes_by_layer,
+    kv_layout,
+)
 from cliff_tui.events import ModelInfo
 from cliff_tui.units import fmt_bytes
 
@@ -325,14 +337,14 @@ def format_fit_markdown(table: FitTable) -> str:
     head = [
         f"## What fits: {table.model}",
         "",
-        f"- tier: {table.tier}, {fmt_bytes(table.capacity_bytes)} less {fmt_bytes(table.reserve_bytes)} reserve "
-        f"= {fmt_bytes(table.usable_bytes)} usable",
+        (f"- tier: {table.tier}, {fmt_bytes(table.capacity_bytes)} less {fmt_bytes(table.reserve_bytes)} reserve "
+        f"= {fmt_bytes(table.usable_bytes)} usable"),
         f"- target context: {table.target_ctx:,} tokens; {table.slots_text}",
         f"- weights: {fmt_bytes(table.weights_bytes)} ({table.weights_text}); compute buffer: "
         + (fmt_bytes(table.compute_bytes) + " (measured)" if table.compute_bytes is not None else "not included"),
         "",
-        "| K/V cache | flash attn | SWA full | basis | KV per token | KV fixed | need at target | fits | "
-        "largest context | llama-server |",
+        ("| K/V cache | flash attn | SWA full | basis | KV per token | KV fixed | need at target | fits | "
+        "largest context | llama-server |"),
         "| --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     rows = [_row(o) for o in table.options]

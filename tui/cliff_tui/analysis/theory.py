@@ -94,7 +94,7 @@ class KvSettings:
     n_rs_seq: int = 0
 
     @classmethod
-    def from_run(cls, settings: RunSettings, n_ctx: int | None = None) -> "KvSettings":
+    def from_run(cls, settings: RunSettings, n_ctx: int | None = None) -> KvSettings:
         return cls(n_ctx=n_ctx or settings.n_ctx or 0, type_k=settings.cache_type_k,
                    type_v=settings.cache_type_v, flash_attn=settings.flash_attn,  # type: ignore[arg-type]
                    swa_full=settings.swa_full, n_batch=settings.batch_size, n_ubatch=settings.ubatch_size)
