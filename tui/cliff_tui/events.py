@@ -119,6 +119,31 @@ class ModelInfo:
     n_ctx_train: int | None
     sliding_window: int | None = None
     file_type: str | None = None
+    # What the KV theory needs beyond the textbook formula (None where the header has no key).
+    n_embd: int | None = None
+    n_vocab: int | None = None
+    n_head_kv_layers: tuple[int, ...] | None = None  # the header's per-layer array, when it has one
+    n_ff_layers: tuple[int, ...] | None = None
+    swa_layers: tuple[bool, ...] | None = None  # attention.sliding_window_pattern written per layer
+    swa_period: int | None = None  # attention.sliding_window_pattern written as one number
+    head_dim_k_swa: int | None = None
+    head_dim_v_swa: int | None = None
+    head_dim_k_mla: int | None = None
+    head_dim_v_mla: int | None = None
+    kv_lora_rank: int | None = None
+    n_rot: int | None = None
+    n_layer_nextn: int | None = None
+    shared_kv_layers: int | None = None
+    full_attention_interval: int | None = None
+    ssm_conv_kernel: int | None = None
+    ssm_inner_size: int | None = None
+    ssm_state_size: int | None = None
+    ssm_group_count: int | None = None
+    wkv_head_size: int | None = None
+    token_shift_count: int | None = None
+    shortconv_l_cache: int | None = None
+    block_weight_bytes: tuple[int, ...] | None = None  # weights of each blk.N, from the tensor table
+    output_weight_bytes: int | None = None  # output.weight (token_embd.weight where they are tied)
 
 
 @dataclass(frozen=True)

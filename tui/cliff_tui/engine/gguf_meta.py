@@ -6,7 +6,9 @@ A small reader of its own: the ``gguf`` package parses every tokenizer string (s
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import struct
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -17,6 +19,7 @@ from cliff_tui.events import ModelInfo
 GGUF_MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+_BLOCK_RE = re.compile(r"blk\.(\d+)\.")
 _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
                11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
                17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
@@ -58,18 +61,23 @@ class _Reader:
                 if keep and count <= 4096:
                     return list(struct.unpack(f"<{count}{_SCALARS[item_type][1]}", self.read(size * count)))
                 self.f.seek(size * count, os.SEEK_CUR)
-                return None
+                return SkippedArray(count)
             for _ in range(count):
                 if item_type == _STRING:
                     self.skip_string()
                 else:
                     self.value(item_type, keep=False)
-            return None
+            return SkippedArray(count)
         raise BadInput(f"unknown GGUF value type {vtype}")
 
 
-def read_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], int, int]:
-    """Metadata (arrays of scalars up to 4096 items kept), data start offset, max tensor offset."""
+class SkippedArray(int):
+    """An array the reader skipped (strings, or over 4096 items): only its length is kept."""
+
+
+def read_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], int, list[tuple[str, int]]]:
+    """Metadata (arrays of scalars up to 4096 items kept, others as their length), data start
+    offset, and each tensor's (name, offset) in file order."""
     p = Path(path)
     try:
         with p.open("rb") as f:
@@ -89,7 +97,7 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], int, int]:
         raise file_error(exc, p, "model file", "pass -m PATH to a .gguf file") from None
 
 
-def _read_body(r: _Reader, path: Path) -> tuple[dict[str, Any], int, int]:
+def _read_body(r: _Reader, path: Path) -> tuple[dict[str, Any], int, list[tuple[str, int]]]:
     n_tensors, n_kv = r.unpack(r.len_fmt), r.unpack(r.len_fmt)
     if n_kv > 1_000_000 or n_tensors > 10_000_000:
         raise BadInput(f"{path} has an impossible GGUF header (corrupt file): download it again")
@@ -97,26 +105,49 @@ def _read_body(r: _Reader, path: Path) -> tuple[dict[str, Any], int, int]:
     for _ in range(n_kv):
         key = r.string()
         meta[key] = r.value(r.unpack("<I"), keep=True)
-    max_offset = 0
+    tensors = []
     for _ in range(n_tensors):
-        r.skip_string()
+        name = r.string()
         n_dims = r.unpack("<I")
         r.f.seek(n_dims * (4 if r.len_fmt == "<I" else 8) + 4, os.SEEK_CUR)
-        max_offset = max(max_offset, r.unpack("<Q"))
+        tensors.append((name, r.unpack("<Q")))
     alignment = int(meta.get("general.alignment", 32) or 32)
     pos = r.f.tell()
     data_start = -(-pos // alignment) * alignment
-    return meta, data_start, max_offset
+    return meta, data_start, tensors
 
 
 def read_model_info(path: str | os.PathLike) -> ModelInfo:
     p = Path(path)
-    meta, data_start, max_offset = read_metadata(p)
+    meta, data_start, tensors = read_metadata(p)
     size = p.stat().st_size
+    max_offset = max((offset for _, offset in tensors), default=0)
     if size <= data_start + max_offset:
         raise BadInput(f"{p} is a truncated GGUF ({size:,} bytes, its tensors need more than "
                        f"{data_start + max_offset:,}): download or convert it again")
-    return model_info_from_metadata(str(p), size, meta)
+    sizes = tensor_sizes(tensors, size - data_start)
+    info = model_info_from_metadata(str(p), size, meta)
+    output = sizes.get("output.weight", sizes.get("token_embd.weight"))
+    return dataclasses.replace(info, block_weight_bytes=block_weight_bytes(sizes), output_weight_bytes=output)
+
+
+def tensor_sizes(tensors: list[tuple[str, int]], data_bytes: int) -> dict[str, int]:
+    """Each tensor's bytes, taken as the gap to the next offset (alignment padding included)."""
+    ordered = sorted(tensors, key=lambda t: t[1])
+    ends = [offset for _, offset in ordered[1:]] + [data_bytes]
+    return {name: end - offset for (name, offset), end in zip(ordered, ends)}
+
+
+def block_weight_bytes(sizes: dict[str, int]) -> tuple[int, ...] | None:
+    """Bytes of each ``blk.N.*`` group."""
+    blocks: dict[int, int] = {}
+    for name, size in sizes.items():
+        match = _BLOCK_RE.match(name)
+        if match:
+            blocks[int(match[1])] = blocks.get(int(match[1]), 0) + size
+    if not blocks:
+        return None
+    return tuple(blocks.get(i, 0) for i in range(max(blocks) + 1))
 
 
 def model_info_from_metadata(path: str, size: int, meta: dict[str, Any]) -> ModelInfo:
@@ -125,29 +156,64 @@ def model_info_from_metadata(path: str, size: int, meta: dict[str, Any]) -> Mode
     def key(name: str) -> Any:
         return meta.get(f"{arch}.{name}") if arch else None
 
-    n_head = _as_int(key("attention.head_count"))
-    n_head_kv = _as_int(key("attention.head_count_kv")) or n_head
-    embd = _as_int(key("embedding_length"))
+    def num(name: str) -> int | None:
+        return _as_int(key(name))
+
+    n_head = num("attention.head_count")
+    n_head_kv = num("attention.head_count_kv") or n_head
+    embd = num("embedding_length")
     head_dim = embd // n_head if embd and n_head else None
     file_type = meta.get("general.file_type")
+    pattern = key("attention.sliding_window_pattern")
+    tokens = meta.get("tokenizer.ggml.tokens")
     return ModelInfo(
         path=path,
         name=str(meta.get("general.name") or Path(path).stem),
         size_bytes=size,
         architecture=arch,
-        n_layer=_as_int(key("block_count")),
+        n_layer=num("block_count"),
         n_head=n_head,
         n_head_kv=n_head_kv,
-        head_dim_k=_as_int(key("attention.key_length")) or head_dim,
-        head_dim_v=_as_int(key("attention.value_length")) or head_dim,
-        n_ctx_train=_as_int(key("context_length")),
-        sliding_window=_as_int(key("attention.sliding_window")),
+        head_dim_k=num("attention.key_length") or head_dim,
+        head_dim_v=num("attention.value_length") or head_dim,
+        n_ctx_train=num("context_length"),
+        sliding_window=num("attention.sliding_window"),
         file_type=_FILE_TYPES.get(file_type, None if file_type is None else str(file_type)),
+        n_embd=embd,
+        n_vocab=num("vocab_size") or (int(tokens) if isinstance(tokens, SkippedArray) else None),
+        n_head_kv_layers=_per_layer(key("attention.head_count_kv")),
+        n_ff_layers=_per_layer(key("feed_forward_length")),
+        swa_layers=tuple(bool(x) for x in pattern) if isinstance(pattern, list) else None,
+        swa_period=None if isinstance(pattern, list) else _as_int(pattern),
+        head_dim_k_swa=num("attention.key_length_swa"),
+        head_dim_v_swa=num("attention.value_length_swa"),
+        head_dim_k_mla=num("attention.key_length_mla"),
+        head_dim_v_mla=num("attention.value_length_mla"),
+        kv_lora_rank=num("attention.kv_lora_rank"),
+        n_rot=num("rope.dimension_count"),
+        n_layer_nextn=num("nextn_predict_layers"),
+        shared_kv_layers=num("attention.shared_kv_layers"),
+        full_attention_interval=num("full_attention_interval"),
+        ssm_conv_kernel=num("ssm.conv_kernel"),
+        ssm_inner_size=num("ssm.inner_size"),
+        ssm_state_size=num("ssm.state_size"),
+        ssm_group_count=num("ssm.group_count"),
+        wkv_head_size=num("wkv.head_size"),
+        token_shift_count=num("token_shift_count"),
+        shortconv_l_cache=num("shortconv.l_cache"),
     )
+
+
+def _per_layer(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, list):
+        return tuple(int(v) for v in value)
+    return None
 
 
 def _as_int(value: Any) -> int | None:
     """Per-layer arrays (some models vary KV heads by layer) become their rounded mean."""
+    if isinstance(value, SkippedArray):
+        return None
     if isinstance(value, list):
         return round(sum(value) / len(value)) if value else None
     if isinstance(value, bool) or value is None:

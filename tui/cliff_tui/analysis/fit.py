@@ -1,0 +1,394 @@
+"""What fits: for a model, a target context and a memory tier, each KV setting's bytes, whether
+the target fits with the reserve, the largest context that does, and the llama-server flags.
+
+Bytes per token come from the first basis that exists for an option: a measured line passed in
+(a triangulation of that cache type), the theory scaled by a measured touched/allocated ratio,
+or the theory (:mod:`cliff_tui.analysis.theory`, llama.cpp's own allocation). The weights are
+the file size in RAM, or the GGUF's offloaded tensors on a GPU, unless a measured model buffer
+is passed; the compute buffer is counted only when a measured one is passed (it depends on the
+backend, ubatch and graph, and the theory does not derive it). Header only: no llama_cpp, no
+Textual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cliff_tui.analysis.theory import (
+    CPU,
+    CUDA,
+    N_CTX_PAD,
+    QUANTISED,
+    Backend,
+    InvalidSettings,
+    KvBreakdown,
+    KvSettings,
+    kv_breakdown,
+    kv_bytes_by_layer,
+    kv_layout,
+)
+from cliff_tui.events import ModelInfo
+from cliff_tui.units import fmt_bytes
+
+Basis = Literal["measured", "theory × ratio", "theory"]
+DEFAULT_TYPES = ("f16", "q8_0", "q4_0")
+SERVER_AUTO_SLOTS = 4  # llama-server without -np: 4 slots sharing one unified cache
+LOGITS_BYTES = 4  # f32 logits per vocabulary entry and output row
+
+
+@dataclass(frozen=True)
+class MeasuredLine:
+    """A triangulated line on the tier: bytes = intercept + slope × n_ctx (weights and compute
+    buffers included, as a triangulation's points are)."""
+
+    bytes_per_token: float
+    intercept_bytes: float
+    type_k: str
+    type_v: str
+    flash_attn: bool | None = None  # the runs' settings; None: any
+    swa_full: bool | None = None
+    source: str = "triangulation"
+
+
+@dataclass(frozen=True)
+class FitOption:
+    type_k: str
+    type_v: str
+    flash_attn: bool
+    swa_full: bool
+    n_gpu_layers: int | None  # None: every layer (llama-server's default)
+    valid: bool
+    basis: Basis | None
+    basis_text: str
+    bytes_per_token: float | None  # KV bytes per token of n_ctx on the tier
+    fixed_bytes: int | None  # KV bytes that do not grow with n_ctx (sliding windows, recurrent state)
+    need_bytes: int | None  # everything on the tier at the target context
+    fits: bool | None
+    max_context: int | None  # the largest n_ctx (multiple of 256, up to the cap) that fits
+    command: str | None
+    exact: bool  # the theory models every part of this architecture
+    best: bool = False
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class FitTable:
+    model: str
+    path: str
+    architecture: str | None
+    tier: str
+    capacity_bytes: int
+    reserve_bytes: int
+    target_ctx: int
+    context_cap: int
+    n_seq: int
+    kv_unified: bool
+    slots_text: str
+    weights_bytes: int
+    weights_text: str
+    compute_bytes: int | None
+    output_bytes: int
+    options: tuple[FitOption, ...]
+    breakdown: tuple[str, ...]  # the theory's parts for the first valid option, at the target
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.capacity_bytes - self.reserve_bytes
+
+    @property
+    def best(self) -> FitOption | None:
+        return next((o for o in self.options if o.best), None)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every option shares."""
+
+    model: ModelInfo
+    gpu: bool
+    backend: Backend
+    usable: int
+    target: int
+    cap: int
+    n_seq: int
+    unified: bool
+    explicit_slots: bool
+    n_batch: int
+    n_ubatch: int
+    weights: int
+    compute: int
+    output: int
+    touched_ratio: float | None
+
+
+def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: bool = False,
+              reserve_bytes: int = 0, target_ctx: int | None = None, n_seq: int | None = None,
+              kv_unified: bool | None = None, n_batch: int = 2048, n_ubatch: int = 512,
+              cache_types: Sequence[str] = DEFAULT_TYPES, weights_bytes: int | None = None,
+              compute_bytes: int | None = None, touched_ratio: float | None = None,
+              measured: Sequence[MeasuredLine] = ()) -> FitTable:
+    """The table for ``model`` on a tier of ``capacity_bytes`` (VRAM total with ``gpu``, else
+    RAM available or the cgroup limit), keeping ``reserve_bytes`` free.
+
+    ``n_seq``/``kv_unified`` None: llama-server's default (4 slots, one unified cache).
+    ``weights_bytes``: a measured model buffer on the tier. ``compute_bytes``: a measured compute
+    buffer (else not included). ``touched_ratio``: touched/allocated slope from a triangulation.
+    ``measured``: triangulated lines, used for the options they match."""
+    target = target_ctx or model.n_ctx_train
+    if not target or target <= 0:
+        raise ValueError("no target context: pass one (the header has no trained context)")
+    explicit = n_seq is not None
+    slots = n_seq or SERVER_AUTO_SLOTS
+    unified = kv_unified if kv_unified is not None else not explicit
+    weights, weights_text = _weights(model, gpu, weights_bytes)
+    output = 0 if gpu else (model.n_vocab or 0) * LOGITS_BYTES * slots
+    ctx = _Context(model, gpu, CUDA if gpu else CPU, capacity_bytes - reserve_bytes, target,
+                   max(target, model.n_ctx_train or 0), slots, unified, explicit, n_batch, n_ubatch, weights,
+                   compute_bytes or 0, output, touched_ratio)
+    layout = kv_layout(model)
+    has_swa = bool(layout and any(layer.kind == "swa" for layer in layout.layers))
+    options = [_option(ctx, t, t, fa, swa_full, measured)
+               for t in cache_types for fa in (True, False) for swa_full in ((False, True) if has_swa else (False,))]
+    if gpu and not any(o.fits for o in options):
+        partial = (_partial_offload(ctx, o.type_k, o.type_v, o.flash_attn, o.swa_full)
+                   for o in options if o.valid and o.flash_attn and not o.swa_full)
+        options += [o for o in partial if o]
+    options = _mark_best(options)
+    first = next((o for o in options if o.valid), None)
+    breakdown = _breakdown_lines(ctx, first) if first else ()
+    slots_text = (f"{slots} slot{'s' if slots != 1 else ''}" + (", unified cache" if unified else "")
+                  + ("" if explicit else " (llama-server's default without -np)"))
+    return FitTable(model.name, model.path, model.architecture, tier, capacity_bytes, reserve_bytes, target,
+                    ctx.cap, slots, unified, slots_text, weights, weights_text, compute_bytes, output,
+                    tuple(options), breakdown, _notes(ctx, layout, compute_bytes))
+
+
+def _weights(model: ModelInfo, gpu: bool, measured: int | None) -> tuple[int, str]:
+    if measured is not None:
+        return measured, "measured model buffer"
+    if gpu and model.block_weight_bytes and model.output_weight_bytes is not None:
+        return (sum(model.block_weight_bytes) + model.output_weight_bytes,
+                "GGUF tensors offloaded with every layer (the token embeddings stay in RAM)")
+    return model.size_bytes, "file size"
+
+
+def _settings(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n_ctx: int) -> KvSettings:
+    return KvSettings(n_ctx=n_ctx, type_k=k, type_v=v, flash_attn="on" if fa else "off", swa_full=swa_full,
+                      n_seq=ctx.n_seq, kv_unified=ctx.unified, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch)
+
+
+def _option(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool,
+            measured: Sequence[MeasuredLine]) -> FitOption:
+    invalid = _invalid(ctx, k, v, fa, swa_full)
+    if invalid:
+        return FitOption(k, v, fa, swa_full, None, False, None, "", None, None, None, None, None, None,
+                         False, note=invalid)
+    line = next((m for m in measured if (m.type_k, m.type_v) == (k, v) and m.flash_attn in (None, fa)
+                 and m.swa_full in (None, swa_full)), None)
+    at_target = kv_breakdown(ctx.model, _settings(ctx, k, v, fa, swa_full, ctx.target), ctx.backend)
+    assert at_target is not None
+    if line:
+        def need(n: int) -> int:
+            return round(line.intercept_bytes + line.bytes_per_token * _padded(ctx, n))
+        basis, text, per_token = "measured", f"measured ({line.source})", line.bytes_per_token
+        fixed = None
+    else:
+        ratio = ctx.touched_ratio or 1.0
+
+        def need(n: int) -> int:
+            return _theory_need(ctx, k, v, fa, swa_full, n, ratio)
+        per_token = at_target.bytes_per_token * ratio
+        fixed = at_target.fixed_bytes
+        basis = "theory × ratio" if ctx.touched_ratio else "theory"
+        text = (f"theory × touched/allocated {ctx.touched_ratio:.2f}" if ctx.touched_ratio
+                else "theory (llama.cpp's allocation)")
+    need_target = need(ctx.target)
+    largest = _largest(ctx, need)
+    fits = need_target <= ctx.usable
+    n_cmd = ctx.target if fits else largest
+    return FitOption(k, v, fa, swa_full, None, True, basis, text, per_token, fixed, need_target, fits, largest,
+                     _command(ctx, k, v, fa, swa_full, n_cmd, None), at_target.exact)
+
+
+def _invalid(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool) -> str | None:
+    if v in QUANTISED and not fa:
+        return f"a {v} V cache needs flash attention: llama.cpp refuses it with -fa off"
+    try:
+        kv_breakdown(ctx.model, _settings(ctx, k, v, fa, swa_full, N_CTX_PAD), ctx.backend)
+    except InvalidSettings as exc:
+        return str(exc)
+    return None
+
+
+def _theory_need(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n: int, ratio: float) -> int:
+    b = kv_breakdown(ctx.model, _settings(ctx, k, v, fa, swa_full, n), ctx.backend)
+    assert b is not None
+    growing = sum(p.bytes for p in b.parts if p.kind == "per_token")
+    kv = b.total_bytes - growing + round(growing * ratio)
+    return ctx.weights + ctx.compute + ctx.output + kv
+
+
+def _padded(ctx: _Context, n: int) -> int:
+    padded = -(-n // N_CTX_PAD) * N_CTX_PAD
+    if ctx.unified or ctx.n_seq == 1:
+        return padded
+    return -(-(padded // ctx.n_seq) // N_CTX_PAD) * N_CTX_PAD * ctx.n_seq
+
+
+def _largest(ctx: _Context, need) -> int:
+    """The largest multiple of 256 up to the cap whose need fits (0 if none); needs only grow."""
+    top = ctx.cap // N_CTX_PAD
+    if need(top * N_CTX_PAD) <= ctx.usable:
+        return top * N_CTX_PAD
+    lo, hi = 0, top  # need(lo·256) fits (or lo = 0), need(hi·256) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if need(mid * N_CTX_PAD) <= ctx.usable:
+            lo = mid
+        else:
+            hi = mid
+    return lo * N_CTX_PAD
+
+
+def _partial_offload(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool) -> FitOption | None:
+    """The most layers (-ngl) whose weights and cache fit at the target; the rest run from RAM."""
+    model = ctx.model
+    blocks = model.block_weight_bytes
+    n_all = model.n_layer or 0
+    per_layer = kv_bytes_by_layer(model, _settings(ctx, k, v, fa, swa_full, ctx.target), ctx.backend)
+    if not blocks or per_layer is None or not n_all:
+        return None
+    output = model.output_weight_bytes or 0
+
+    def need(ngl: int) -> int:
+        start = n_all + 1 - ngl
+        weights = output + sum(blocks[il] for il in range(max(start, 0), min(n_all, len(blocks))))
+        return weights + ctx.compute + sum(b for il, b in per_layer.items() if il >= start)
+
+    best = next((ngl for ngl in range(n_all, 0, -1) if need(ngl) <= ctx.usable), None)
+    if best is None:
+        return None
+    on_gpu = best - 1
+    note = (f"{on_gpu} of {n_all} layers and the output layer on the GPU, the rest in RAM "
+            "(slower; RAM not checked)")
+    return FitOption(k, v, fa, swa_full, best, True, "theory", "theory (llama.cpp's allocation)", None, None,
+                     need(best), True, ctx.target, _command(ctx, k, v, fa, swa_full, ctx.target, best),
+                     kv_layout(model).exact, note=note)
+
+
+def _command(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n_ctx: int | None,
+             ngl: int | None) -> str | None:
+    if not n_ctx:
+        return None
+    parts = ["llama-server", "-m", shlex.quote(ctx.model.path), "-c", str(n_ctx), "-ctk", k, "-ctv", v,
+             "-fa", "on" if fa else "off"]
+    if swa_full:
+        parts.append("--swa-full")
+    if ngl is not None:
+        parts += ["-ngl", str(ngl)]
+    if ctx.explicit_slots:
+        parts += ["-np", str(ctx.n_seq)] + (["-kvu"] if ctx.unified else [])
+    return " ".join(parts)
+
+
+def _mark_best(options: list[FitOption]) -> list[FitOption]:
+    """The first option that fits the target whole (options come best-quality first), else the
+    one that reaches the longest context."""
+    valid = [o for o in options if o.valid and o.n_gpu_layers is None]
+    pick = next((o for o in valid if o.fits), None)
+    if pick is None:
+        pick = next((o for o in options if o.valid and o.fits), None)
+    if pick is None and valid:
+        pick = max(valid, key=lambda o: o.max_context or 0)
+    return [dataclasses.replace(o, best=True) if o is pick else o for o in options]
+
+
+def _breakdown_lines(ctx: _Context, option: FitOption) -> tuple[str, ...]:
+    settings = _settings(ctx, option.type_k, option.type_v, option.flash_attn, option.swa_full, ctx.target)
+    b: KvBreakdown | None = kv_breakdown(ctx.model, settings, ctx.backend)
+    return tuple(b.lines()) + b.notes if b else ()
+
+
+def _notes(ctx: _Context, layout, compute: int | None) -> tuple[str, ...]:
+    notes = []
+    if compute is None:
+        notes.append("compute buffer not included (it depends on the backend, ubatch and graph): "
+                     "pass a measured one or keep it in the reserve")
+    if layout and not layout.exact:
+        notes.extend(f"theory is approximate here: {n}" for n in layout.notes)
+    if ctx.cap > ctx.target:
+        notes.append(f"largest context capped at the trained context ({ctx.cap:,})")
+    elif ctx.cap == ctx.target:
+        notes.append(f"largest context capped at the target ({ctx.cap:,})")
+    if not ctx.gpu and ctx.output:
+        notes.append(f"output (logits) buffer {fmt_bytes(ctx.output)} in RAM included")
+    return tuple(notes)
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+def format_fit_markdown(table: FitTable) -> str:
+    head = [
+        f"## What fits: {table.model}",
+        "",
+        (f"- tier: {table.tier}, {fmt_bytes(table.capacity_bytes)} less {fmt_bytes(table.reserve_bytes)} reserve "
+        f"= {fmt_bytes(table.usable_bytes)} usable"),
+        f"- target context: {table.target_ctx:,} tokens; {table.slots_text}",
+        f"- weights: {fmt_bytes(table.weights_bytes)} ({table.weights_text}); compute buffer: "
+        + (fmt_bytes(table.compute_bytes) + " (measured)" if table.compute_bytes is not None else "not included"),
+        "",
+        ("| K/V cache | flash attn | SWA full | basis | KV per token | KV fixed | need at target | fits | "
+        "largest context | llama-server |"),
+        "| --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: | --- |",
+    ]
+    rows = [_row(o) for o in table.options]
+    tail = ["", "Theory at the target (first valid option):", ""] + [f"- {line}" for line in table.breakdown]
+    if table.notes:
+        tail += ["", "Notes:", ""] + [f"- {n}" for n in table.notes]
+    best = table.best
+    if best and best.command:
+        tail += ["", f"Suggested: `{best.command}`"]
+    return "\n".join(head + rows + tail) + "\n"
+
+
+def _row(o: FitOption) -> str:
+    cache = o.type_k if o.type_k == o.type_v else f"{o.type_k}/{o.type_v}"
+    if o.n_gpu_layers is not None:
+        cache += f", -ngl {o.n_gpu_layers}"
+    mark = " ★" if o.best else ""
+    if not o.valid:
+        return (f"| {cache} | {'on' if o.flash_attn else 'off'} | {'yes' if o.swa_full else 'no'} | — | — | — | — "
+                f"| invalid: {o.note} | — | — |")
+    fits = "yes" if o.fits else "no"
+    if o.note:
+        fits += f" ({o.note})"
+    per_token = f"{fmt_bytes(o.bytes_per_token)}" if o.bytes_per_token is not None else "—"
+    fixed = fmt_bytes(o.fixed_bytes) if o.fixed_bytes else "—" if o.fixed_bytes is None else "0"
+    approx = "" if o.exact or o.basis == "measured" else " (approx.)"
+    largest = f"{o.max_context:,}" if o.max_context else "none"
+    command = f"`{o.command}`" if o.command else "—"
+    return (f"| {cache}{mark} | {'on' if o.flash_attn else 'off'} | {'yes' if o.swa_full else 'no'} | "
+            f"{o.basis}{approx} | {per_token} | {fixed} | {fmt_bytes(o.need_bytes)} | {fits} | {largest} | {command} |")
+
+
+def fit_record(table: FitTable) -> dict[str, Any]:
+    """The table as plain JSON-able values (the same fields, the usable bytes and the pick)."""
+    record = dataclasses.asdict(table)
+    record["usable_bytes"] = table.usable_bytes
+    best = table.best
+    record["best_command"] = best.command if best else None
+    return _plain(record)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
