@@ -148,7 +148,7 @@ def test_headless_formats(tiny_model, fmt):
     proc = cli("run", "-m", str(tiny_model), "--headless", "--depth", "128", "--n-gen", "8", "-o", fmt)
     assert proc.returncode == 0, proc.stderr
     if fmt == "md":
-        assert proc.stdout.startswith("| model |") and "verdict:" in proc.stdout
+        assert proc.stdout.startswith("| model |") and "\ncliff: " in proc.stdout
     elif fmt == "csv":
         header, row = proc.stdout.strip().splitlines()[:2]
         assert "baseline_tok_s" in header and "kv_buffers.CPU" in header

@@ -195,7 +195,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = session.pipeline.results[-1]
     if args.output == "md":
         print(markdown_table(run_rows([result]), RUN_COLUMNS))
-        print(f"\nverdict: {result.verdict.level} — {result.verdict.text}")
+        if result.cliff is not None:
+            print(f"\ncliff: {result.cliff.level} — {result.cliff.text}")
+        print(f"speed: {result.verdict.level} — {result.verdict.text}")
     else:
         print(dumps([run_record(result)], args.output))
     return 0

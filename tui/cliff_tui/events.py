@@ -17,7 +17,8 @@ FlashAttn = Literal["on", "off", "auto"]
 DecodePhase = Literal["baseline", "probe", "depth"]
 RunPhase = Literal["load", "baseline", "prefill", "decode", "done"]
 FailureKind = Literal["does_not_fit", "bad_input", "cancelled", "error"]
-VerdictLevel = Literal["ok", "amber", "red", "unknown"]
+VerdictLevel = Literal["ok", "info", "amber", "red", "unknown"]
+CliffLevel = Literal["ok", "info", "amber", "red"]
 AlertLevel = Literal["info", "amber", "red", "ok"]
 NoticeLevel = Literal["info", "warning"]
 ServerKind = Literal["llama-server", "ollama"]
@@ -52,6 +53,8 @@ class ProcessReading:
     n_children: int = 0
     gpu_used_bytes: int | None = None
     reasons: dict[str, str] = field(default_factory=dict)
+    swap_bytes: int | None = None  # this process's memory paged out to swap (Linux: VmSwap)
+    cpu_s: float | None = None  # CPU seconds used so far by the process and its children
 
     @property
     def total_rss_bytes(self) -> int | None:
@@ -98,6 +101,7 @@ class Sample:
     gpus: tuple[GpuReading, ...] = ()
     gpus_reason: str | None = None
     process: ProcessReading | None = None
+    cpu_busy_s: float | None = None  # CPU seconds every core has been busy since boot (all processes)
 
 
 # --- a generation run -------------------------------------------------------------------------
@@ -228,6 +232,35 @@ class SpeedVerdict:
 
 
 @dataclass(frozen=True)
+class CliffEvidence:
+    """One sign's part in the verdict: what fired, when, at which depth, by how much."""
+
+    sign: int
+    level: CliffLevel
+    text: str
+    t: float | None = None
+    depth: int | None = None
+    tier: str | None = None
+    amount_bytes: int | None = None
+    pct: float | None = None
+
+
+@dataclass(frozen=True)
+class CliffVerdict:
+    """The one answer of a run, live or final, from all three signs.
+
+    red: a memory sign fired (the tier is named, and the depth where it did); amber: decode fell
+    beyond its own trend for a measured reason other than memory; info: what was seen that is not
+    this model's cliff; ok: nothing."""
+
+    level: CliffLevel
+    text: str
+    tier: str | None = None
+    depth: int | None = None
+    evidence: tuple[CliffEvidence, ...] = ()
+
+
+@dataclass(frozen=True)
 class RunResult:
     """The measurements of one context: memory peak − baseline, speed baseline → depth."""
 
@@ -259,6 +292,7 @@ class RunResult:
     gpus_reason: str | None
     elapsed_s: float
     started_from_depth: int = 0
+    cliff: CliffVerdict | None = None  # None in recordings made before the one verdict existed
 
     @property
     def drop_pct(self) -> float | None:

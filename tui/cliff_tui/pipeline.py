@@ -7,6 +7,7 @@ a replayed recording shows exactly what the live session showed.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
@@ -14,13 +15,14 @@ from typing import Any
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.buffers import kv_device
+from cliff_tui.analysis.cliff import RunWatch, cliff_verdict, memory_sign
 from cliff_tui.analysis.server_rates import SessionRateMeter, SessionRates
 from cliff_tui.analysis.signs import SignState, SpillBaselines, ram_trend, sign1, sign2, sign3
 from cliff_tui.analysis.speed import classify_speed
 from cliff_tui.analysis.theory import kv_bytes_per_token
 from cliff_tui.analysis.triangulation import Triangulation, gpu_index_of, triangulate
 from cliff_tui.events import (
-    ATTACH_RUN_ID, Alert, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice, RunFailed,
+    ATTACH_RUN_ID, Alert, CliffVerdict, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice, RunFailed,
     RunFinished, RunProgress, RunResult, RunStarted, Sample, SessionReading, SpeedVerdict, TriangulationPlanned,
 )
 from cliff_tui.history import DEFAULT_CAPACITY, History
@@ -36,6 +38,7 @@ class RunView:
     windows: list[DecodeWindow] = field(default_factory=list)
     result: RunResult | None = None
     failure: RunFailed | None = None
+    watch: RunWatch = field(default_factory=RunWatch)
 
     @property
     def kv_device(self) -> str | None:
@@ -60,8 +63,16 @@ class RunView:
             return self.result.verdict
         if not any(w.phase == "depth" for w in self.windows):
             return None
+        spilled = memory_sign(self.watch.evidence())
         return classify_speed(self.rate("baseline"), self.rate("depth"), self.started.settings.depth,
-                              self.points(), throttle)
+                              self.points(), throttle, load_cores=self.watch.load_cores,
+                              kv_on_gpu=self.watch.kv_on_gpu, memory_sign=spilled.text if spilled else None)
+
+    def cliff(self, throttle: set[str]) -> CliffVerdict:
+        """The run's one verdict: its record's once it finished, else the same rule on what came so far."""
+        if self.result is not None and self.result.cliff is not None:
+            return self.result.cliff
+        return cliff_verdict(self.watch.evidence(), self.verdict(throttle))
 
 
 @dataclass
@@ -93,6 +104,7 @@ class Pipeline:
         self._session_meters: dict[tuple[str, str], SessionRateMeter] = {}
         self._session_points: deque[DecodePoint] = deque(maxlen=2000)
         self._baselines = SpillBaselines()
+        self._watch = RunWatch()  # an attached server's, or a watch with no run
         self._throttle: set[str] = set()
         self.signs: dict[int, SignState] = {1: SignState(1, "na", "…", "waiting for a sample"),
                                             2: SignState(2, "ok", "RAM trend …", "collecting samples"),
@@ -128,6 +140,9 @@ class Pipeline:
         if s.process is not None:
             h.add("process.rss", s.t, s.process.total_rss_bytes)
         self._baselines.update(s)
+        watch = self.current.watch if self.current is not None and not self.current.finished else self._watch
+        progress = self.current.progress if self.current is not None else None
+        watch.observe(s, progress.depth if progress else None, self.generating)
 
     def _on_run_started(self, e: RunStarted) -> None:
         self.current = self.runs[e.run_id] = RunView(e)
@@ -136,7 +151,9 @@ class Pipeline:
 
     def _on_buffers(self, e: BuffersReported) -> None:
         if e.run_id in self.runs:
-            self.runs[e.run_id].buffers = e.buffers
+            view = self.runs[e.run_id]
+            view.buffers = e.buffers
+            view.watch.kv_on_gpu = gpu_index_of(view.kv_device) is not None
 
     def _on_progress(self, e: RunProgress) -> None:
         if e.run_id in self.runs:
@@ -232,13 +249,24 @@ class Pipeline:
     def speed_verdict(self) -> SpeedVerdict | None:
         if self.current is not None:
             return self.current.verdict(self._throttle)
-        if len(self._session_points) >= th.FIT_MIN_POINTS + 1:
-            points = self._session_points
-            baseline = 1000.0 / points[0].ms_per_token
-            latest = points[-1]
-            return classify_speed(baseline, 1000.0 / latest.ms_per_token, latest.depth, list(points),
-                                  self._throttle)
-        return None
+        points = list(self._session_points)
+        if len(points) < th.FIT_MIN_POINTS + th.CONFIRMING_WINDOWS:
+            return None
+        # The latest windows are judged against the trend of the ones before them.
+        recent = points[-th.CONFIRMING_WINDOWS:]
+        ref = [dataclasses.replace(p, phase="probe") for p in points[:-th.CONFIRMING_WINDOWS]]
+        rate = sum(p.n_tokens for p in recent) / sum(p.n_tokens * p.ms_per_token / 1000 for p in recent)
+        self._watch.kv_on_gpu = self.kv_on_gpu
+        spilled = memory_sign(self._watch.evidence())
+        return classify_speed(1000.0 / points[0].ms_per_token, rate, recent[-1].depth, ref + recent, self._throttle,
+                              load_cores=self._watch.load_cores, kv_on_gpu=self.kv_on_gpu,
+                              memory_sign=spilled.text if spilled else None)
+
+    def cliff_verdict(self) -> CliffVerdict:
+        """The one verdict, live: the current run's, else the attached server's."""
+        if self.current is not None:
+            return self.current.cliff(self._throttle)
+        return cliff_verdict(self._watch.evidence(), self.speed_verdict())
 
     def live_tok_s(self) -> float | None:
         return self.history.get("tok_s").last
@@ -285,8 +313,10 @@ class Pipeline:
 
     def _signs_after(self, event: Any) -> dict[int, SignState]:
         if isinstance(event, Sample):
-            points = self.history.get("ram.used").since(event.t - th.RAM_TREND_WINDOW_S)
-            return {1: sign1(event, self._baselines), 2: sign2(ram_trend(points), self.generating, self.kv_on_gpu)}
+            since = event.t - th.RAM_TREND_WINDOW_S
+            system = ram_trend(self.history.get("ram.used").since(since))
+            model = ram_trend(self.history.get("process.rss").since(since)) if event.process is not None else None
+            return {1: sign1(event, self._baselines), 2: sign2(system, self.generating, self.kv_on_gpu, model)}
         if isinstance(event, (DecodeWindow, RunFinished, SessionReading)):
             return {3: sign3(self.speed_verdict(), self.live_tok_s())}
         return {}

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Sequence
 from cliff_tui.analysis.theory import expected_ratio, known_differences
 from cliff_tui.analysis.triangulation import Slope, Triangulation, memory_point
 from cliff_tui.codec import to_plain
-from cliff_tui.events import ModelInfo, RunFailed, RunResult, Sample
+from cliff_tui.events import CliffVerdict, ModelInfo, RunFailed, RunResult, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.units import fmt_bytes, fmt_pct, fmt_tok_s
 
@@ -41,11 +41,13 @@ def run_record(r: RunResult) -> dict[str, Any]:
         "flash_attn": s.flash_attn, "threads": s.threads, "batch_size": s.batch_size, "ubatch_size": s.ubatch_size,
         "baseline_tok_s": r.baseline_tok_s, "depth_tok_s": r.depth_tok_s, "drop_pct": r.drop_pct,
         "expected_tok_s": v.expected_tok_s, "drop_vs_expected_pct": v.drop_vs_expected_pct,
+        "cliff": cliff_record(r.cliff),
         "verdict": v.level, "verdict_text": v.text, "knee_depth": v.knee_depth, "cause": v.cause,
         "prefill_tok_s": r.prefill_tok_s, "prefilled_tokens": r.prefilled_tokens,
         "started_from_depth": r.started_from_depth,
         "ram_baseline_bytes": r.ram_baseline_bytes, "ram_peak_bytes": r.ram_peak_bytes,
-        "ram_delta_bytes": r.ram_delta_bytes, "swap_delta_bytes": r.swap_delta_bytes,
+        "ram_delta_bytes": r.ram_delta_bytes, "model_ram_delta_bytes": model_ram_delta(r),
+        "swap_delta_bytes": r.swap_delta_bytes,
         "rss_created_bytes": r.rss_created_bytes, "rss_baseline_bytes": r.rss_baseline_bytes,
         "rss_peak_bytes": r.rss_peak_bytes, "rss_noise_bytes": r.rss_noise_bytes,
         "kv_device": r.kv_device, "kv_buffers": r.kv_buffers, "model_buffers": r.model_buffers,
@@ -57,6 +59,26 @@ def run_record(r: RunResult) -> dict[str, Any]:
         "decode_points": to_plain(r.decode_points),
         "elapsed_s": r.elapsed_s,
     }
+
+
+def cliff_record(cliff: CliffVerdict | None) -> dict[str, Any] | None:
+    return None if cliff is None else to_plain(cliff)
+
+
+def worst_cliff(results: Sequence[RunResult]) -> CliffVerdict | None:
+    """The most severe verdict of several runs (the first of equals)."""
+    verdicts = [r.cliff for r in results if r.cliff is not None]
+    return max(verdicts, key=lambda c: CLIFF_RANK[c.level], default=None)
+
+
+CLIFF_RANK = {"ok": 0, "info": 1, "amber": 2, "red": 3}
+
+
+def model_ram_delta(r: RunResult) -> int | None:
+    """The model's own RAM growth (its RSS peak − baseline): the system's moves with everything else."""
+    if r.rss_peak_bytes is None or r.rss_baseline_bytes is None:
+        return None
+    return r.rss_peak_bytes - r.rss_baseline_bytes
 
 
 def failure_record(f: RunFailed) -> dict[str, Any]:
@@ -83,6 +105,7 @@ def triangulation_record(tri: Triangulation, results: Sequence[RunResult], failu
         "checks": [{"n_ctx": c.n_ctx, "predicted_bytes": c.predicted_bytes, "actual_bytes": c.actual_bytes,
                     "miss_bytes": c.miss_bytes, "tolerance_bytes": c.tolerance_bytes, "error_pct": c.error_pct,
                     "on_line": c.on_line} for c in tri.checks],
+        "cliff": cliff_record(worst_cliff(results)),
         "verdict": tri.verdict,
         "wall_near": tri.wall_near,
         "does_not_fit_at": tri.does_not_fit_at,
@@ -204,17 +227,17 @@ def run_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
             "mem_base": fmt_bytes(r.rss_baseline_bytes if point.touched_bytes == r.rss_peak_bytes
                                   else next((g.baseline_bytes for g in r.gpus), None)),
             "mem_peak": fmt_bytes(point.touched_bytes),
-            "shared": _shared(r), "ram_delta": fmt_bytes(r.ram_delta_bytes),
+            "shared": _shared(r), "ram_delta": fmt_bytes(model_ram_delta(r)),
             "tok_s": f"{fmt_tok_s(r.baseline_tok_s)}→{fmt_tok_s(r.depth_tok_s)}",
             "drop": fmt_pct(r.drop_pct), "vs_trend": fmt_pct(r.verdict.drop_vs_expected_pct),
-            "verdict": r.verdict.level,
+            "verdict": r.cliff.level if r.cliff is not None else r.verdict.level,
         })
     return rows
 
 
 RUN_COLUMNS = [("model", "model"), ("kv", "kv"), ("n_ctx", "n_ctx"), ("depth", "depth"),
                ("mem_base", "mem base"), ("mem_peak", "mem peak"), ("shared", "shared Δ"),
-               ("ram_delta", "RAM Δ"), ("tok_s", "tok/s base→depth"), ("drop", "drop"),
+               ("ram_delta", "RSS Δ"), ("tok_s", "tok/s base→depth"), ("drop", "drop"),
                ("vs_trend", "vs trend"), ("verdict", "verdict")]
 
 
@@ -226,6 +249,9 @@ def _shared(r: RunResult) -> str:
 def triangulation_markdown(tris: dict[str, Triangulation], results: Sequence[RunResult],
                            failures: Sequence[RunFailed]) -> str:
     lines = [markdown_table(run_rows(results), RUN_COLUMNS), ""]
+    cliff = worst_cliff(results)
+    if cliff is not None:
+        lines += [f"**cliff: {cliff.level}** — {cliff.text}", ""]
     for f in failures:
         lines.append(f"- n_ctx {f.n_ctx or '?'}: {f.kind.replace('_', ' ')} — {f.message}")
     for key, tri in tris.items():
@@ -275,6 +301,7 @@ def triangulation_output(pipeline: Pipeline, fmt: str) -> str:
         lines += [dumps([{"type": "triangulation", **rec}], "jsonl") for rec in records]
         return "\n".join(lines)
     top = dict(records[0]) if records else {"runs": [], "failures": [failure_record(f) for f in failures]}
+    top["cliff"] = cliff_record(worst_cliff(results))
     if pipeline.plan is not None:
         top["plan"] = {"depths": list(pipeline.plan.depths), "note": pipeline.plan.note}
     if len(records) > 1:

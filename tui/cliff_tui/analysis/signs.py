@@ -110,12 +110,17 @@ def _swap_sign(sample: Sample, base: SpillBaselines) -> SignState:
     return SignState(1, "ok", f"swap +{fmt_bytes(max(delta, 0))}", "CPU-only: swap is the cliff; at baseline")
 
 
-def sign2(trend: RamTrend | None, generating: bool, kv_on_gpu: bool | None) -> SignState:
+def sign2(trend: RamTrend | None, generating: bool, kv_on_gpu: bool | None,
+          model: RamTrend | None = None) -> SignState:
+    """``trend`` is the system's RAM, ``model`` the followed process's own (None: not followed)."""
     if trend is None:
         return SignState(2, "ok", "RAM trend …", "collecting samples")
     rate = f"RAM {trend.arrow} {fmt_rate(trend.slope_bytes_s)}" if trend.arrow != "→" else "RAM → steady"
     if not trend.rising:
         return SignState(2, "ok", rate, f"RAM steady over {trend.window_s:.0f}s")
+    if model is not None and not model.rising:
+        return SignState(2, "info", rate, f"RAM rose {fmt_bytes(trend.rise_bytes)} in other processes, "
+                                          "not this model's memory")
     if not generating:
         return SignState(2, "info", rate, f"RAM rose {fmt_bytes(trend.rise_bytes)} (no generation running)")
     if kv_on_gpu is False:

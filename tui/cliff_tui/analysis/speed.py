@@ -1,8 +1,10 @@
-"""Sign 3, honestly: decode slows with depth by itself, so judge the drop against a fit.
+"""Sign 3, honestly: decode slows with depth by itself, so judge it against the run's own trend.
 
 Attention reads every cached token, so time per token grows with depth even with no spill at
-all (see bench/RESULTS.md for measured curves). We fit ``ms/token ≈ a + b·depth`` on the run's shallower points and judge the deeper ones
-against that line: a knee beyond the fit is the cliff, a steady decline is not.
+all, and on a CPU it bends upward as the KV cache leaves each cache level (bench/RESULTS.md has
+measured curves). The decode at depth is judged against what the probes just before it predict
+(a local line through the deepest few), inside a noise band from how well each probe was
+predicted by the ones before it. Falling beyond that band is the cliff only with a memory sign.
 """
 
 from __future__ import annotations
@@ -65,26 +67,80 @@ def binned(points: Sequence[DecodePoint], most: int = MAX_FIT_POINTS) -> list[De
     return out
 
 
-def fit_decline(points: Sequence[DecodePoint]) -> LineFit | None:
-    """The expected decline from the shallower half of the points (never a negative slope)."""
-    ref = binned(reference_points(points))
-    fit = robust_line([p.depth for p in ref], [p.ms_per_token for p in ref])
+def local_model(ref: Sequence[DecodePoint]) -> LineFit | None:
+    """The trend the deepest reference points follow: Theil–Sen over the last few (time per token
+    bends upward with depth on a CPU, so a line through the shallow ones under-predicts deep
+    ones); never a negative slope (noise on a flat curve)."""
+    recent = sorted(ref, key=lambda p: p.depth)[-th.LOCAL_FIT_POINTS:]
+    fit = robust_line([p.depth for p in recent], [p.ms_per_token for p in recent])
     if fit is None:
         return None
-    if fit.slope < 0:  # noise on a flat curve
-        return LineFit(intercept=statistics.median(p.ms_per_token for p in ref), slope=0.0)
+    if fit.slope < 0:
+        return LineFit(intercept=statistics.median(p.ms_per_token for p in recent), slope=0.0)
     return fit
 
 
-def reference_points(points: Sequence[DecodePoint]) -> list[DecodePoint]:
-    ordered = sorted(points, key=lambda p: p.depth)
-    if len(ordered) < 2:
-        return ordered
-    deepest = ordered[-1].depth
-    shallow = [p for p in ordered if p.depth <= deepest / 2]
-    if len(shallow) < 2:
-        shallow = ordered[:-1] if len(ordered) > 2 else ordered[:1]
-    return shallow
+@dataclass(frozen=True)
+class DepthTrend:
+    """What the points before each later one predicted for it, and how far they scatter.
+
+    ``fit`` is the trend before the first confirmed fall (``knee``): what depth alone explains."""
+
+    fit: LineFit
+    noise_pct: float  # robust sigma of each probe against what the probes before it predicted
+    slope_growth: float | None  # the deep probes' slope over the shallow ones' (> 1: it bends up)
+    knee: int | None  # the first of CONFIRMING_WINDOWS points in a row beyond the band
+    beyond: tuple[DecodePoint, ...] = ()
+
+    def expected_ms(self, depth: int) -> float:
+        return self.fit.at(depth)
+
+    @property
+    def band_pct(self) -> float:
+        return max(th.SPEED_AMBER_PCT, th.SPEED_NOISE_SIGMAS * self.noise_pct)
+
+
+def depth_trend(points: Sequence[DecodePoint]) -> DepthTrend | None:
+    """The running depth model: each point, in depth order, against a local line through the
+    points before it that were on their trend (the baseline, the probes, then the windows)."""
+    ref = binned([p for p in points if p.phase != "depth"])
+    if len(ref) < th.FIT_MIN_POINTS or len({p.depth for p in ref}) < 2:
+        return None
+    noise = _sequential_noise(ref)
+    band = max(th.SPEED_AMBER_PCT, th.SPEED_NOISE_SIGMAS * noise)
+    ordered = ref + sorted((p for p in points if p.phase == "depth"), key=lambda p: p.depth)
+    trend: list[DecodePoint] = []
+    run: list[DecodePoint] = []
+    beyond: list[DecodePoint] = []
+    knee = None
+    for point in ordered:
+        fit = local_model(trend) if len(trend) >= th.FIT_MIN_POINTS else None
+        if fit is not None and fit.at(point.depth) > 0 and \
+                _drop_pct(1000.0 / fit.at(point.depth), 1000.0 / point.ms_per_token) >= band:
+            run.append(point)
+            beyond.append(point)
+            if knee is None and len(run) >= th.CONFIRMING_WINDOWS:
+                knee = run[0].depth
+            continue
+        run = []
+        if knee is None:
+            trend.append(point)
+    fit = local_model([p for p in trend if p.phase != "depth"] or trend)
+    if fit is None:
+        return None
+    first = robust_line([p.depth for p in ref[:th.LOCAL_FIT_POINTS]], [p.ms_per_token for p in ref[:th.LOCAL_FIT_POINTS]])
+    growth = fit.slope / first.slope if first is not None and first.slope > 0 else None
+    return DepthTrend(fit, noise, growth, knee, tuple(beyond))
+
+
+def _sequential_noise(ref: Sequence[DecodePoint]) -> float:
+    """How well each probe was predicted by the ones before it: a robust sigma, in %."""
+    errors = []
+    for i in range(th.FIT_MIN_POINTS, len(ref)):
+        before = local_model(ref[:i])
+        if before is not None and before.at(ref[i].depth) > 0:
+            errors.append(abs(ref[i].ms_per_token - before.at(ref[i].depth)) / before.at(ref[i].depth))
+    return 1.4826 * statistics.median(errors) * 100 if len(errors) >= 2 else 0.0
 
 
 def classify_speed(
@@ -93,67 +149,69 @@ def classify_speed(
     depth: int,
     points: Sequence[DecodePoint],
     throttle_seen: Iterable[str] = (),
+    *,
+    load_cores: float | None = None,
+    kv_on_gpu: bool | None = None,
+    memory_sign: str | None = None,
 ) -> SpeedVerdict:
+    """Sign 3: decode at depth against what the probes before it predict.
+
+    Beyond the trend, the level says what else was measured: red only with a memory sign
+    (``memory_sign`` names it: the decode is its corroboration), amber with another measured cause
+    (clock throttling, other processes' CPU use), info with none (a CPU's caches, or noise)."""
     raw_drop = _drop_pct(baseline_tok_s, depth_tok_s)
     if depth_tok_s is None or depth_tok_s <= 0:
         return SpeedVerdict("unknown", "no decode speed at depth yet", raw_drop, None, None)
-    fit = fit_decline(points) if len(points) >= th.FIT_MIN_POINTS else None
-    if fit is None:
+    trend = depth_trend(points)
+    if trend is None or trend.expected_ms(depth) <= 0:
         return _without_fit(raw_drop)
-    expected = 1000.0 / fit.at(depth) if fit.at(depth) > 0 else None
+    expected = 1000.0 / trend.expected_ms(depth)
     vs_expected = _drop_pct(expected, depth_tok_s)
-    knee = find_knee(points, fit)
-    causes = throttle_cause(throttle_seen)
-    noise = noise_pct(points, fit)
-    amber_at = max(th.SPEED_AMBER_PCT, th.SPEED_NOISE_SIGMAS * noise)
-    red_at = max(th.SPEED_RED_PCT, th.SPEED_NOISE_SIGMAS * noise)
-    if knee is not None or (vs_expected is not None and vs_expected >= red_at):
-        where = f" near depth {knee:,}" if knee is not None else ""
-        text = (f"cliff: decode fell {vs_expected:.0f}% below the depth trend{where} — the bottleneck "
-                "moved to memory bandwidth / PCIe")
-        return SpeedVerdict("red", text, raw_drop, expected, vs_expected, knee, causes)
-    if vs_expected is not None and vs_expected >= amber_at:
-        why = causes or UNEXPLAINED
-        text = f"{vs_expected:.0f}% below the depth trend — likely {why}"
-        return SpeedVerdict("amber", text, raw_drop, expected, vs_expected, None, why)
-    text = (f"expected decline with depth (attention reads every cached token); "
-            f"trend predicts {expected:.1f} tok/s, measured {depth_tok_s:.1f}")
+    knee = trend.knee
+    if vs_expected is None or vs_expected < trend.band_pct or knee is None:
+        return _on_trend(raw_drop, expected, vs_expected, depth_tok_s, trend, kv_on_gpu)
+    where = f"{vs_expected:.0f}% below its depth trend from depth {knee:,}"
+    if memory_sign is not None:
+        bus = " / PCIe" if kv_on_gpu else ""
+        text = f"cliff: decode fell {where}, after {memory_sign} — the bottleneck moved to memory bandwidth{bus}"
+        return SpeedVerdict("red", text, raw_drop, expected, vs_expected, knee, memory_sign)
+    cause = throttle_cause(throttle_seen) or _load_cause(load_cores)
+    if cause is not None:
+        return SpeedVerdict("amber", f"decode fell {where}: {cause} (no memory sign)", raw_drop, expected,
+                            vs_expected, knee, cause)
+    text = f"decode fell {where} with no memory sign, load or throttling seen ({_slower_why(kv_on_gpu)})"
+    return SpeedVerdict("info", text, raw_drop, expected, vs_expected, knee, None)
+
+
+def _on_trend(raw_drop: float | None, expected: float, vs_expected: float | None, measured: float,
+              trend: DepthTrend, kv_on_gpu: bool | None) -> SpeedVerdict:
+    text = f"on its depth trend: {expected:.1f} tok/s predicted, {measured:.1f} measured"
     if vs_expected is not None and vs_expected >= th.SPEED_AMBER_PCT:
-        text += f" — within this run's noise (±{noise:.0f}%)"
-    return SpeedVerdict("ok", text, raw_drop, expected, vs_expected, None, causes)
+        text += f" (within this run's noise, ±{trend.band_pct:.0f}%)"
+    if trend.slope_growth is not None and trend.slope_growth >= th.BEND_SLOPE_GROWTH:
+        text += (f"; decode slowed faster than linear in depth (×{trend.slope_growth:.1f} per token deeper): "
+                 f"{_slower_why(kv_on_gpu)}")
+        return SpeedVerdict("info", text, raw_drop, expected, vs_expected)
+    return SpeedVerdict("ok", text, raw_drop, expected, vs_expected)
 
 
-def noise_pct(points: Sequence[DecodePoint], fit: LineFit) -> float:
-    """How far the shallow points scatter around their own trend, in % (a robust sigma)."""
-    ref = binned(reference_points(points))
-    rel = [abs(p.ms_per_token - fit.at(p.depth)) / fit.at(p.depth) for p in ref if fit.at(p.depth) > 0]
-    if len(rel) < 3:
-        return 0.0
-    return 1.4826 * statistics.median(rel) * 100
+def _slower_why(kv_on_gpu: bool | None) -> str:
+    if kv_on_gpu:
+        return "attention reading more cells"
+    return "the KV cache outgrew a CPU cache level"
 
 
-def find_knee(points: Sequence[DecodePoint], fit: LineFit) -> int | None:
-    """First point past the reference set whose speed is ≥ 50 % below the trend and is
-    confirmed by the next point (one slow window alone may be a hiccup)."""
-    ref_ids = {id(p) for p in reference_points(points)}
-    beyond = [p for p in sorted(points, key=lambda p: p.depth) if id(p) not in ref_ids]
-    slow = [_drop_pct(1000.0 / fit.at(p.depth), 1000.0 / p.ms_per_token) >= th.SPEED_RED_PCT
-            for p in beyond]
-    for i in range(len(slow) - 1):
-        if slow[i] and slow[i + 1]:
-            return beyond[i].depth
-    return None
-
-
-UNEXPLAINED = ("not depth alone: background load, or the KV cache outgrowing a faster memory level "
-               "(no throttling reported)")
+def _load_cause(load_cores: float | None) -> str | None:
+    if load_cores is None or load_cores < th.LOAD_CORES:
+        return None
+    return f"other processes used {load_cores:.1f} CPU cores while it decoded"
 
 
 def _without_fit(raw_drop: float | None) -> SpeedVerdict:
     if raw_drop is None:
         return SpeedVerdict("unknown", "no baseline to compare with", None, None, None)
     text = f"raw drop {raw_drop:.0f}% (too few depths to separate the cliff from normal decline)"
-    level = "amber" if raw_drop >= th.SPEED_RED_PCT else "ok"
+    level = "info" if raw_drop >= th.SPEED_RED_PCT else "ok"
     return SpeedVerdict(level, text, raw_drop, None, None)
 
 

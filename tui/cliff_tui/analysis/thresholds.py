@@ -11,11 +11,18 @@ RAM_TREND_WINDOW_S = 20.0
 RAM_RISE_BYTES_PER_S = 4 * MiB
 RAM_RISE_MIN_BYTES = 128 * MiB
 
-# Sign 3: decode speed against the decline that depth alone explains (time/token ≈ a + b·depth).
+# Sign 3: decode speed against the run's own depth trend (the local line through the deepest probes).
 SPEED_AMBER_PCT = 10.0   # ~10 % can be throttling or background load
-SPEED_RED_PCT = 50.0     # ≥ 50 % means the bottleneck moved to memory bandwidth / PCIe
+SPEED_RED_PCT = 50.0     # a raw drop this large with too few probes to judge is worth a word
 FIT_MIN_POINTS = 3       # fewer points than this: compare against the baseline only
+LOCAL_FIT_POINTS = 4     # the trend at depth: a line through the deepest this many probes
 SPEED_NOISE_SIGMAS = 3.0  # a run whose own probes scatter by ±x % cannot flag less than 3x
+CONFIRMING_WINDOWS = 2   # windows at depth beyond the band before the run is: one slow window never is
+BEND_SLOPE_GROWTH = 2.0  # the deep probes' slope this many times the shallow ones': decode bends up
+LOAD_CORES = 0.3         # other processes' CPU use, in cores, that can slow a decode
+
+# A tier is full when this much of it is in use (VRAM), or this little of it is left (RAM).
+TIER_FULL = 0.98
 
 # Triangulation: the third point is "on the line" when its miss is within this many noise sigmas,
 # and never stricter than the relative floor (allocator rounding, page granularity).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import threading
 
+from cliff_tui.analysis.cliff import RunWatch
 from cliff_tui.events import GpuDelta, Sample
 
 
@@ -20,6 +21,9 @@ class MemoryTracker:
         self._process_gpu_peak: int | None = None
         self._steady: list[int] | None = None
         self.throttle_seen: set[str] = set()
+        self.kv_on_gpu: bool | None = None
+        self.depth: int | None = None  # the run's depth now, for the depth each memory sign fired at
+        self.watch = RunWatch()
 
     def mark_baseline(self, sample: Sample) -> None:
         with self._lock:
@@ -31,6 +35,8 @@ class MemoryTracker:
             self._shared_peak = {g.index: g.shared_used_bytes for g in sample.gpus
                                  if g.shared_used_bytes is not None}
             self._process_gpu_peak = sample.process.gpu_used_bytes if sample.process else None
+            self.watch = RunWatch(self.kv_on_gpu)
+            self.watch.observe(sample, self.depth)
 
     def mark_steady(self) -> None:
         """From now on memory should be flat: keep RSS readings to measure their noise."""
@@ -41,6 +47,7 @@ class MemoryTracker:
         with self._lock:
             if self.baseline is None:
                 return
+            self.watch.observe(sample, self.depth)
             self._ram_peak = max(self._ram_peak, sample.ram.used_bytes)
             self._swap_peak = max(self._swap_peak, sample.swap.used_bytes)
             rss = sample.process.total_rss_bytes if sample.process else None

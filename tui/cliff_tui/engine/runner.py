@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from cliff_tui.analysis.buffers import by_kind, kv_device
+from cliff_tui.analysis.cliff import cliff_verdict, memory_sign
+from cliff_tui.analysis.triangulation import gpu_index_of
 from cliff_tui.analysis.speed import classify_speed, window_rate
 from cliff_tui.analysis.theory import CACHE_TYPE_BYTES, kv_bytes_per_token, pad_n_ctx
 from cliff_tui.errors import BadInput, Cancelled, CliffError, DoesNotFit
@@ -28,7 +30,7 @@ from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line, parse_flash_
 from cliff_tui.engine.memory import MemoryTracker
 from cliff_tui.engine.tokens import MINIMAL_PROMPT, prompt_tokens
 from cliff_tui.events import (
-    BufferSize, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice,
+    BufferSize, BuffersReported, CliffVerdict, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice,
     RunFailed, RunFinished, RunProgress, RunResult, RunSettings, RunStarted,
 )
 from cliff_tui.probes.nvidia import NvidiaProbe
@@ -139,6 +141,7 @@ class Run:
         try:
             model = LoadedModel(s.model_path, s.n_gpu_layers, self.cancel)
             context = Context(model, n_ctx, s)
+            self.tracker.kv_on_gpu = gpu_index_of(kv_device(self.buffers)) is not None
             self.publish(BuffersReported(time.time(), self.run_id, tuple(self.buffers)))
             self._check_cancel()
             created = self.sampler.sample()
@@ -159,9 +162,14 @@ class Run:
             if model is not None:
                 model.free()
         all_points = (base_point, *self.options.prior_points, *points, *depth_points)
-        verdict = classify_speed(baseline_tok_s, depth_tok_s, s.depth, all_points, self.tracker.throttle_seen)
+        evidence = self.tracker.watch.evidence()
+        spilled = memory_sign(evidence)
+        verdict = classify_speed(baseline_tok_s, depth_tok_s, s.depth, all_points, self.tracker.throttle_seen,
+                                 load_cores=self.tracker.watch.load_cores, kv_on_gpu=self.tracker.kv_on_gpu,
+                                 memory_sign=spilled.text if spilled else None)
+        cliff = cliff_verdict(evidence, verdict)
         result = self._result(info, n_ctx, created, baseline_tok_s, depth_tok_s, prefill_tok_s, started_from,
-                              all_points, verdict, time.monotonic() - t0)
+                              all_points, verdict, time.monotonic() - t0, cliff)
         self._progress("done", s.depth, force=True)
         self.publish(RunFinished(time.time(), result))
         return result
@@ -264,6 +272,7 @@ class Run:
 
     def _progress(self, phase: str, depth: int, *, force: bool = False, prefill_tok_s: float | None = None,
                   eta_s: float | None = None) -> None:
+        self.tracker.depth = depth
         now = time.monotonic()
         if not force and now - self._last_progress < self.options.progress_interval:
             return
@@ -297,7 +306,7 @@ class Run:
                              "with swap — try a smaller depth or -ctk q8_0 -ctv q8_0", n_ctx=n_ctx)
 
     def _result(self, info: ModelInfo, n_ctx: int, created, baseline_tok_s, depth_tok_s, prefill_tok_s,
-                started_from: int, points, verdict, elapsed: float) -> RunResult:
+                started_from: int, points, verdict, elapsed: float, cliff: CliffVerdict) -> RunResult:
         t = self.tracker
         base = t.baseline
         sizes = by_kind(self.buffers)
@@ -313,6 +322,7 @@ class Run:
             rss_baseline_bytes=base.process.total_rss_bytes if base.process else None,
             rss_peak_bytes=t.rss_peak, rss_noise_bytes=t.rss_noise(),
             gpus=t.gpu_deltas(), gpus_reason=base.gpus_reason, elapsed_s=elapsed, started_from_depth=started_from,
+            cliff=cliff,
         )
 
 

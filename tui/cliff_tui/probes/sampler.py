@@ -12,7 +12,7 @@ from cliff_tui.events import GpuReading, ProcessReading, Sample
 from cliff_tui.probes.amd import AmdSysfsProbe
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.shared_vram import SharedVramBackend, choose_backends, fill_shared
-from cliff_tui.probes.system import ProcessProbe, read_memory
+from cliff_tui.probes.system import ProcessProbe, read_cpu_busy_s, read_memory
 
 CPU_ONLY_TIERS = "RAM and swap are the memory tiers"
 
@@ -59,7 +59,7 @@ class Sampler:
             process = _with_gpu_memory(process, gpus, probe.children_pids())
         ram, swap = read_memory()
         return Sample(t=t, ram=ram, swap=swap, gpus=tuple(gpus),
-                      gpus_reason=gpus_reason, process=process)
+                      gpus_reason=gpus_reason, process=process, cpu_busy_s=read_cpu_busy_s())
 
     def _no_gpu_reason(self, nvidia_reason: str | None) -> str:
         parts = [f"NVIDIA: {nvidia_reason}" if nvidia_reason else "NVIDIA: none found"]

@@ -90,14 +90,17 @@ class ProcessProbe:
             with proc.oneshot():
                 name = proc.name()
                 rss = int(proc.memory_info().rss)
-            children_rss, n_children = _children_rss(self._known_children(proc))
+                cpu = proc.cpu_times()
+            children = self._known_children(proc)
+            children_rss, n_children = _children_rss(children)
         except psutil.NoSuchProcess:
             self._children = []
             return self._missing(f"process {self.pid} has exited")
         except psutil.AccessDenied:
             return self._missing(f"not allowed to read PID {self.pid} (try as its owner or root)")
         return ProcessReading(pid=self.pid, name=name, rss_bytes=rss,
-                              children_rss_bytes=children_rss, n_children=n_children)
+                              children_rss_bytes=children_rss, n_children=n_children,
+                              swap_bytes=read_vm_swap(self.pid), cpu_s=cpu.user + cpu.system + _cpu_s(children))
 
     def children_pids(self) -> list[int]:
         if self._process is None:
@@ -117,6 +120,39 @@ class ProcessProbe:
     def _missing(self, reason: str) -> ProcessReading:
         return ProcessReading(pid=self.pid, name=None, rss_bytes=None, children_rss_bytes=None,
                               reasons={"rss_bytes": reason})
+
+
+def read_vm_swap(pid: int, proc: str = "/proc") -> int | None:
+    """Bytes of ``pid``'s memory in swap (``VmSwap`` in /proc/PID/status; None where not Linux)."""
+    try:
+        with open(f"{proc}/{pid}/status", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    at = data.find(b"VmSwap:")
+    if at < 0:
+        return None
+    return int(data[at + 7:data.index(b"\n", at)].split()[0]) * 1024
+
+
+def read_cpu_busy_s() -> float | None:
+    """Seconds all cores have spent busy (not idle or waiting on I/O) since boot."""
+    try:
+        t = psutil.cpu_times()
+    except (OSError, RuntimeError):
+        return None
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
+def _cpu_s(children: list[psutil.Process]) -> float:
+    total = 0.0
+    for child in children:
+        try:
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def _children_rss(children: list[psutil.Process]) -> tuple[int, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from cliff_tui.analysis.cliff import RunWatch, cliff_verdict, memory_sign
 from cliff_tui.analysis.speed import classify_speed
 from cliff_tui.events import (
     BufferSize, BuffersReported, DecodePoint, DecodeWindow, GpuDelta, GpuReading, ModelInfo, RamReading,
@@ -71,15 +72,29 @@ def gpu_cliff_run() -> list[Any]:
         points.append(DecodePoint(depth, _ms_per_token(depth), 8, "depth"))
         events.append(DecodeWindow(t + w * 1.3, run_id, "depth", depth, 8, 1000 / _ms_per_token(depth), 0.4))
     events += _cliff_samples()
-    verdict = classify_speed(1000 / _ms_per_token(16), 1000 / _ms_per_token(24_064), 24_000, points)
+    watch = _watched(events)
+    spilled = memory_sign(watch.evidence())
+    verdict = classify_speed(1000 / _ms_per_token(16), 1000 / _ms_per_token(24_064), 24_000, points,
+                             kv_on_gpu=True, memory_sign=spilled.text if spilled else None)
     result = RunResult(
         run_id, SETTINGS, MODEL.name, 24_320, 24_000, 128, "CUDA0", {"CUDA0": 1_330 * MiB}, {"CUDA0": 4_460 * MiB},
         {"CUDA0": 1_580 * MiB, "CUDA_Host": 64 * MiB}, 1000 / _ms_per_token(16), 1000 / _ms_per_token(24_064),
         2100.0, 24_000, tuple(points), verdict, 9 * GiB, int(10.4 * GiB), 0, 0, None, None, None, None,
         (GpuDelta(0, "NVIDIA GeForce RTX 4070 (demo)", int(7.2 * GiB), int(11.7 * GiB), 120 * MiB, int(1.6 * GiB)),),
-        None, 74.0)
+        None, 74.0, cliff=cliff_verdict(watch.evidence(), verdict))
     events.append(RunFinished(T0 + 74, result))
     return sorted(events, key=lambda e: e.t)
+
+
+def _watched(events: list[Any]) -> RunWatch:
+    """The run's memory signs as the engine's watch finds them, each sample at the depth then."""
+    watch, depth = RunWatch(kv_on_gpu=True), 0
+    for event in sorted(events, key=lambda e: e.t):
+        if isinstance(event, RunProgress):
+            depth = event.depth
+        elif isinstance(event, Sample):
+            watch.observe(event, depth)
+    return watch
 
 
 def _cliff_samples() -> list[Sample]:

@@ -236,7 +236,7 @@ def progress_line(p: Pipeline) -> Parts:
     if view.result is not None:
         r = view.result
         return [(f"done · n_ctx {r.n_ctx:,} · depth {r.depth:,} · {fmt_tok_s(r.baseline_tok_s)} → "
-                 f"{fmt_tok_s(r.depth_tok_s)} tok/s · {r.verdict.level}: {r.verdict.text}", None)]
+                 f"{fmt_tok_s(r.depth_tok_s)} tok/s · {_cliff_words(r)}", None)]
     if pr is None:
         return [("starting…", None)]
     parts = [pr.phase, f"depth {pr.depth:,}/{pr.depth_target:,}", f"n_ctx {view.started.n_ctx:,}"]
@@ -247,6 +247,11 @@ def progress_line(p: Pipeline) -> Parts:
     if view.kv_device:
         parts.append(f"KV on {view.kv_device}")
     return [(" · ".join(parts), None)]
+
+
+def _cliff_words(r) -> str:
+    cliff = r.cliff
+    return f"{cliff.level}: {cliff.text}" if cliff is not None else f"{r.verdict.level}: {r.verdict.text}"
 
 
 def session_line(p: Pipeline) -> Parts:

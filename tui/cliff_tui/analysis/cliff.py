@@ -1,0 +1,184 @@
+"""One cliff verdict from the three signs, the same live and at the end of a run.
+
+:class:`RunWatch` follows one run's samples: the memory signs with the depth each first fired at
+(swap or shared VRAM above its baseline, the model's RAM rising while its KV cache sits on a GPU,
+a tier full) and how much CPU other processes used meanwhile. :func:`cliff_verdict` weighs them
+with sign 3: red needs a memory sign, and names its tier, amount and depth; decode falling
+beyond its trend without one is amber only with a measured cause, else information.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cliff_tui.analysis import thresholds as th
+from cliff_tui.events import CliffEvidence, CliffVerdict, Sample, SpeedVerdict
+from cliff_tui.units import fmt_bytes
+
+
+@dataclass
+class _Crossing:
+    t: float
+    depth: int | None
+    amount: int
+
+
+class RunWatch:
+    """The memory signs of one run and the load beside it; feed it every sample the run sees."""
+
+    def __init__(self, kv_on_gpu: bool | None = None) -> None:
+        self.kv_on_gpu = kv_on_gpu
+        self._first: Sample | None = None
+        self._process_swap0: int | None = None
+        self._process_rss0: int | None = None
+        self._shared0: dict[int, int] = {}
+        self._swap: _Crossing | None = None
+        self._swap_elsewhere: _Crossing | None = None
+        self._shared: dict[int, _Crossing] = {}
+        self._ram: _Crossing | None = None
+        self._full: tuple[str, _Crossing] | None = None
+        self._last: Sample | None = None
+        self._other_cpu_s = 0.0
+        self._wall_s = 0.0
+
+    def observe(self, sample: Sample, depth: int | None = None, generating: bool = True) -> None:
+        if self._first is None:
+            self._start(sample)
+            return
+        self._swap_sign(sample, depth)
+        self._shared_sign(sample, depth)
+        if generating:
+            self._ram_sign(sample, depth)
+            self._full_sign(sample, depth)
+        self._load(sample)
+        self._last = sample
+
+    def _start(self, sample: Sample) -> None:
+        self._first = self._last = sample
+        proc = sample.process
+        self._process_swap0 = proc.swap_bytes if proc else None
+        self._process_rss0 = proc.total_rss_bytes if proc else None
+        self._shared0 = {g.index: g.shared_used_bytes for g in sample.gpus if g.shared_used_bytes is not None}
+
+    # --- the memory signs -----------------------------------------------------------------
+
+    def _swap_sign(self, s: Sample, depth: int | None) -> None:
+        system = s.swap.used_bytes - self._first.swap.used_bytes
+        mine = None
+        if self._process_swap0 is not None and s.process is not None and s.process.swap_bytes is not None:
+            mine = s.process.swap_bytes - self._process_swap0
+        if mine is not None and mine > th.SWAP_SPILL_BYTES:
+            self._swap = self._swap or _Crossing(s.t, depth, mine)
+            self._swap.amount = max(self._swap.amount, mine)
+        elif mine is None and system > th.SWAP_SPILL_BYTES:  # whose pages is unknown: count them
+            self._swap = self._swap or _Crossing(s.t, depth, system)
+            self._swap.amount = max(self._swap.amount, system)
+        elif system > th.SWAP_SPILL_BYTES:
+            self._swap_elsewhere = self._swap_elsewhere or _Crossing(s.t, depth, system)
+            self._swap_elsewhere.amount = max(self._swap_elsewhere.amount, system)
+
+    def _shared_sign(self, s: Sample, depth: int | None) -> None:
+        for g in s.gpus:
+            if g.shared_used_bytes is None:
+                continue
+            base = self._shared0.setdefault(g.index, g.shared_used_bytes)
+            delta = g.shared_used_bytes - base
+            if delta > th.SHARED_SPILL_BYTES:
+                crossing = self._shared.setdefault(g.index, _Crossing(s.t, depth, delta))
+                crossing.amount = max(crossing.amount, delta)
+
+    def _ram_sign(self, s: Sample, depth: int | None) -> None:
+        """The model's own memory growing in RAM while its KV cache is on a GPU: the driver keeps
+        host memory for what no longer fits. Growth elsewhere on the machine is not its cliff."""
+        if not self.kv_on_gpu or self._process_rss0 is None or s.process is None:
+            return
+        rss = s.process.total_rss_bytes
+        if rss is not None and rss - self._process_rss0 > th.RAM_RISE_MIN_BYTES:
+            self._ram = self._ram or _Crossing(s.t, depth, rss - self._process_rss0)
+            self._ram.amount = max(self._ram.amount, rss - self._process_rss0)
+
+    def _full_sign(self, s: Sample, depth: int | None) -> None:
+        if self._full is not None:
+            return
+        for g in s.gpus:
+            if g.vram_used_bytes and g.vram_total_bytes and g.vram_used_bytes >= th.TIER_FULL * g.vram_total_bytes:
+                self._full = (f"GPU{g.index} dedicated VRAM", _Crossing(s.t, depth, g.vram_used_bytes))
+                return
+        if not self.kv_on_gpu and s.ram.total_bytes and s.ram.available_bytes < (1 - th.TIER_FULL) * s.ram.total_bytes:
+            self._full = ("RAM", _Crossing(s.t, depth, s.ram.used_bytes))
+
+    # --- the load beside it ---------------------------------------------------------------
+
+    def _load(self, s: Sample) -> None:
+        prev = self._last
+        if prev is None or prev.cpu_busy_s is None or s.cpu_busy_s is None or s.t <= prev.t:
+            return
+        mine = _cpu_delta(prev, s)
+        if mine is None:
+            return
+        self._other_cpu_s += max(0.0, s.cpu_busy_s - prev.cpu_busy_s - mine)
+        self._wall_s += s.t - prev.t
+
+    @property
+    def load_cores(self) -> float | None:
+        """Cores other processes kept busy on average since the run began (None: not measured)."""
+        return self._other_cpu_s / self._wall_s if self._wall_s > 0 else None
+
+    # --- the evidence ---------------------------------------------------------------------
+
+    def evidence(self) -> list[CliffEvidence]:
+        out = []
+        if self._swap is not None:
+            out.append(_red(1, "swap", self._swap, "of the model's memory paged out to swap"))
+        for index, crossing in sorted(self._shared.items()):
+            out.append(_red(1, f"GPU{index} shared VRAM", crossing, "of GPU memory moved into system RAM"))
+        if self._ram is not None:
+            out.append(_red(2, "RAM", self._ram, "of the model's memory grew in RAM with its KV cache on the GPU"))
+        if self._full is not None:
+            tier, crossing = self._full
+            out.append(CliffEvidence(1, "red", f"{tier} full ({fmt_bytes(crossing.amount)} in use)", crossing.t,
+                                     crossing.depth, tier, crossing.amount))
+        if self._swap_elsewhere is not None and self._swap is None:
+            c = self._swap_elsewhere
+            out.append(CliffEvidence(1, "info", f"swap grew {fmt_bytes(c.amount)}, none of it this model's memory",
+                                     c.t, c.depth, "swap", c.amount))
+        return out
+
+
+def _red(sign: int, tier: str, c: _Crossing, what: str) -> CliffEvidence:
+    where = f" near depth {c.depth:,}" if c.depth is not None else ""
+    return CliffEvidence(sign, "red", f"{fmt_bytes(c.amount)} {what}{where}", c.t, c.depth, tier, c.amount)
+
+
+def _cpu_delta(prev: Sample, s: Sample) -> float | None:
+    a, b = prev.process, s.process
+    if a is None or b is None or a.pid != b.pid or a.cpu_s is None or b.cpu_s is None:
+        return None
+    return max(0.0, b.cpu_s - a.cpu_s)
+
+
+def memory_sign(evidence: list[CliffEvidence]) -> CliffEvidence | None:
+    """The first red memory sign, by the time it fired."""
+    red = [e for e in evidence if e.level == "red"]
+    return min(red, key=lambda e: e.t if e.t is not None else float("inf")) if red else None
+
+
+def cliff_verdict(evidence: list[CliffEvidence], speed: SpeedVerdict | None) -> CliffVerdict:
+    """The one answer: red with a memory sign, amber with a measured non-memory cause, info for
+    what was seen that is not this model's cliff, ok for nothing."""
+    items = list(evidence)
+    if speed is not None and speed.level in ("info", "amber", "red"):
+        items.append(CliffEvidence(3, "red" if speed.level == "red" else speed.level, speed.text,
+                                   depth=speed.knee_depth, pct=speed.drop_vs_expected_pct))
+    first = memory_sign(evidence)
+    if first is not None:
+        text = f"cliff on {first.tier}: {first.text}"
+        if speed is not None and speed.level == "red":
+            text += f"; decode fell {speed.drop_vs_expected_pct:.0f}% below its depth trend after it"
+        return CliffVerdict("red", text, first.tier, first.depth, tuple(items))
+    if speed is not None and speed.level == "amber":
+        return CliffVerdict("amber", speed.text, None, speed.knee_depth, tuple(items))
+    info = [e for e in items if e.level == "info"]
+    if info:
+        return CliffVerdict("info", "no cliff: " + "; ".join(e.text for e in info), None, None, tuple(items))
+    return CliffVerdict("ok", "no cliff: no memory sign, decode on its depth trend", None, None, tuple(items))
