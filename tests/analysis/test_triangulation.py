@@ -13,9 +13,9 @@ MiB = 1024**2
 KiB = 1024
 
 
-def _point(n_ctx, touched, noise=0.0):
+def _point(n_ctx, touched, noise=0.0, beyond=0):
     return MemoryPoint(n_ctx=n_ctx, depth=n_ctx - 256, allocated_bytes=touched, touched_bytes=touched,
-                       noise_bytes=noise)
+                       noise_bytes=noise, beyond_bytes=beyond, beyond_tier="swap")
 
 
 def _result(n_ctx, rss, *, kv=None, gpu_peak=None, kv_device="CPU", cache="f16"):
@@ -45,24 +45,39 @@ def test_a_line_is_linear_with_the_right_slope():
     assert slope.intercept_bytes == pytest.approx(200 * MiB)
 
 
-def test_a_knee_is_a_wall_at_the_right_place():
+def test_a_tier_that_flattens_while_swap_grows_is_a_wall_at_the_right_place():
     knee = 40_000
 
     def mem(n):
-        return 200 * MiB + n * 40 * KiB + max(0, n - knee) * 200 * KiB
+        return 200 * MiB + min(n, knee) * 40 * KiB + max(0, n - knee) * 4 * KiB
 
-    pts = [_point(n, mem(n)) for n in (8_000, 16_000, 24_000, 32_000, 48_000, 56_000, 64_000)]
+    pts = [_point(n, mem(n), beyond=max(0, n - knee) * 36 * KiB)
+           for n in (8_000, 16_000, 24_000, 32_000, 48_000, 56_000, 64_000)]
     checks, first_off = check_points(pts)
-    assert first_off == 4  # 48k is the first point off the line
+    assert first_off == 4  # 48k is the first point off the line, with swap taking the growth
     assert locate_wall(pts, first_off) == pytest.approx(knee, rel=0.01)
+    assert checks[-1].describe().startswith("touched memory at n_ctx 48,000 was") and "below the line" in checks[-1].describe()
 
 
 def test_the_third_point_check_uses_the_noise():
     base = [_point(1000, 100 * MiB, noise=1 * MiB), _point(2000, 110 * MiB, noise=1 * MiB)]
     near = base + [_point(3000, 120 * MiB + 2 * MiB, noise=1 * MiB)]  # 2 MiB off, noise 1 MiB → on the line
-    far = base + [_point(3000, 120 * MiB + 40 * MiB, noise=1 * MiB)]
-    assert check_points(near)[1] is None
-    assert check_points(far)[1] == 2
+    above = base + [_point(3000, 120 * MiB + 40 * MiB, noise=1 * MiB)]
+    below_alone = base + [_point(3000, 120 * MiB - 40 * MiB, noise=1 * MiB)]
+    below_with_swap = base + [_point(3000, 120 * MiB - 40 * MiB, noise=1 * MiB, beyond=100 * MiB)]
+    assert check_points(near)[1] is None and check_points(near)[0][0].on_line
+    assert check_points(above)[1] is None and not check_points(above)[0][0].on_line  # off the line, no wall
+    assert check_points(below_alone)[1] is None  # less memory than predicted, nothing else grew: noise
+    assert check_points(below_with_swap)[1] == 2
+
+
+def test_a_two_percent_miss_of_touched_memory_is_linear_and_says_which_figure_missed():
+    """A quiet CPU run: 534.3 MB touched at the third point against 545.7 predicted, no swap."""
+    results = [_result(n, rss, kv=n * 22.5 * KiB) for n, rss in ((3584, 330.0e6), (7168, 432.0e6), (14592, 534.3e6))]
+    tri = triangulate(results)
+    assert tri.wall_near is None
+    assert tri.verdict.startswith("linear (touched memory at n_ctx 14,592 was")
+    assert "below the line" in tri.verdict and "no other tier grew: noise, not a wall" in tri.verdict
 
 
 def test_projection_formula_and_max_context():

@@ -9,7 +9,7 @@ import json
 from typing import Any, Iterable, Sequence
 
 from cliff_tui.analysis.theory import expected_ratio, known_differences
-from cliff_tui.analysis.triangulation import Slope, Triangulation, memory_point
+from cliff_tui.analysis.triangulation import PointCheck, Slope, Triangulation, memory_point
 from cliff_tui.codec import to_plain
 from cliff_tui.events import CliffVerdict, ModelInfo, RunFailed, RunResult, Sample
 from cliff_tui.pipeline import Pipeline
@@ -102,9 +102,7 @@ def triangulation_record(tri: Triangulation, results: Sequence[RunResult], failu
         "theory_bytes_per_token": tri.theory_bytes_per_token,
         "theory_notes": known_differences(model, flash_on, bool(results and results[0].settings.swa_full))
         if model else [],
-        "checks": [{"n_ctx": c.n_ctx, "predicted_bytes": c.predicted_bytes, "actual_bytes": c.actual_bytes,
-                    "miss_bytes": c.miss_bytes, "tolerance_bytes": c.tolerance_bytes, "error_pct": c.error_pct,
-                    "on_line": c.on_line} for c in tri.checks],
+        "checks": [check_record(c) for c in (*tri.checks, *tri.allocated_checks)],
         "cliff": cliff_record(worst_cliff(results)),
         "verdict": tri.verdict,
         "wall_near": tri.wall_near,
@@ -113,6 +111,13 @@ def triangulation_record(tri: Triangulation, results: Sequence[RunResult], failu
                        "capacity_bytes": p.capacity_bytes, "reserve_bytes": p.reserve_bytes, "fits": p.fits,
                        "max_context": p.max_context, "limited_by": p.limited_by, "formula": p.formula},
     }
+
+
+def check_record(c: PointCheck) -> dict[str, Any]:
+    return {"figure": c.figure, "n_ctx": c.n_ctx, "predicted_bytes": c.predicted_bytes,
+            "actual_bytes": c.actual_bytes, "miss_bytes": c.miss_bytes, "tolerance_bytes": c.tolerance_bytes,
+            "error_pct": c.error_pct, "direction": "below" if c.miss_bytes < 0 else "above", "on_line": c.on_line,
+            "beyond_tier": c.beyond_tier or None, "beyond_bytes": c.beyond_bytes, "wall": c.wall}
 
 
 def _flash_on(results: Sequence[RunResult]) -> bool | None:

@@ -28,6 +28,9 @@ TIER_FULL = 0.98
 # and never stricter than the relative floor (allocator rounding, page granularity).
 THIRD_POINT_SIGMAS = 4.0
 THIRD_POINT_FLOOR_PCT = 2.0
+# llama.cpp's allocation is exact but for the page rounding of its buffers.
+ALLOCATED_FLOOR_BYTES = MiB
+ALLOCATED_FLOOR_PCT = 0.5
 
 # Projection: what to keep free on the cliff tier unless --reserve says otherwise.
 DEFAULT_RESERVE_FRACTION = 0.05

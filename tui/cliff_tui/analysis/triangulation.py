@@ -15,12 +15,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.speed import fit_line
 from cliff_tui.analysis.theory import N_CTX_PAD
 from cliff_tui.events import RunFailed, RunResult, TriangulationPlanned
+from cliff_tui.units import fmt_bytes
 
 _GPU_DEVICE_RE = re.compile(r"^(CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN)(\d+)$")
 
@@ -38,6 +39,8 @@ class MemoryPoint:
     allocated_bytes: int
     touched_bytes: int | None
     noise_bytes: float | None
+    beyond_bytes: int = 0  # growth on the tier past the cliff tier during the run (swap, shared VRAM, RAM)
+    beyond_tier: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,12 +60,26 @@ class Slope:
 
 @dataclass(frozen=True)
 class PointCheck:
-    """The deepest point predicted from the shallower ones, against its measurement."""
+    """A point predicted from the shallower ones, against its measurement: ``figure`` says which
+    (allocated memory is exact; touched memory is measured, with its own noise)."""
 
     n_ctx: int
     predicted_bytes: float
     actual_bytes: float
     tolerance_bytes: float
+    figure: Literal["touched", "allocated"] = "touched"
+    beyond_bytes: int = 0
+    beyond_tier: str = ""
+
+    @property
+    def wall(self) -> bool:
+        """The cliff tier flattened (less than the line) while the tier past it took the growth."""
+        return self.miss_bytes < -self.tolerance_bytes and self.beyond_bytes > th.SWAP_SPILL_BYTES
+
+    def describe(self) -> str:
+        direction = "below" if self.miss_bytes < 0 else "above"
+        return (f"{self.figure} memory at n_ctx {self.n_ctx:,} was {self.error_pct:.1f}% {direction} the line "
+                f"through the shallower points (tolerance {fmt_bytes(self.tolerance_bytes)})")
 
     @property
     def miss_bytes(self) -> float:
@@ -108,6 +125,7 @@ class Triangulation:
     wall_near: int | None
     does_not_fit_at: int | None
     projection: Projection
+    allocated_checks: tuple[PointCheck, ...] = ()
 
     @property
     def linear(self) -> bool | None:
@@ -120,11 +138,15 @@ def memory_point(result: RunResult) -> MemoryPoint:
     allocated = sum(_buffer_total(result, d) for d in devices)
     if gpu is None:
         touched, noise = result.rss_peak_bytes, result.rss_noise_bytes
+        beyond, tier = result.swap_delta_bytes, "swap"
     else:
         delta = next((g for g in result.gpus if g.index == gpu), None)
         touched, noise = (delta.peak_bytes if delta else None), None
+        shared = (delta.shared_delta_bytes if delta else None) or 0
+        rss = (result.rss_peak_bytes or 0) - (result.rss_baseline_bytes or 0)
+        beyond, tier = (shared, f"GPU{gpu} shared VRAM") if shared >= rss else (rss, "RAM")
     return MemoryPoint(n_ctx=result.n_ctx, depth=result.depth, allocated_bytes=allocated,
-                       touched_bytes=touched, noise_bytes=noise)
+                       touched_bytes=touched, noise_bytes=noise, beyond_bytes=max(0, beyond), beyond_tier=tier)
 
 
 def _devices(result: RunResult) -> set[str]:
@@ -148,7 +170,8 @@ def slope_of(xs: Sequence[int], ys: Sequence[float]) -> Slope:
 def check_points(points: Sequence[MemoryPoint]) -> tuple[list[PointCheck], int | None]:
     """Predict each point past the second from the line through the points before it.
 
-    Returns the checks and the index of the first point off the line (the wall), if any."""
+    Returns the checks and the index of the first point that is a wall (its touched memory below
+    the line while another tier grew), if any: a miss alone, in either direction, is not one."""
     ordered = sorted((p for p in points if p.touched_bytes is not None), key=lambda p: p.n_ctx)
     checks: list[PointCheck] = []
     for i in range(2, len(ordered)):
@@ -158,11 +181,25 @@ def check_points(points: Sequence[MemoryPoint]) -> tuple[list[PointCheck], int |
             continue
         point = ordered[i]
         check = PointCheck(point.n_ctx, fit.at(point.n_ctx), float(point.touched_bytes),
-                           _tolerance(before + [point], point))
+                           _tolerance(before + [point], point), "touched", point.beyond_bytes, point.beyond_tier)
         checks.append(check)
-        if not check.on_line:
+        if check.wall:
             return checks, i
     return checks, None
+
+
+def check_allocated(points: Sequence[MemoryPoint]) -> list[PointCheck]:
+    """llama.cpp's own allocation, which is exact: each point against the line before it."""
+    ordered = sorted(points, key=lambda p: p.n_ctx)
+    checks = []
+    for i in range(2, len(ordered)):
+        fit = fit_line([p.n_ctx for p in ordered[:i]], [p.allocated_bytes for p in ordered[:i]])
+        if fit is not None:
+            point = ordered[i]
+            tolerance = max(th.ALLOCATED_FLOOR_BYTES, th.ALLOCATED_FLOOR_PCT / 100 * point.allocated_bytes)
+            checks.append(PointCheck(point.n_ctx, fit.at(point.n_ctx), float(point.allocated_bytes), tolerance,
+                                     "allocated"))
+    return checks
 
 
 def _tolerance(points: Sequence[MemoryPoint], point: MemoryPoint) -> float:
@@ -228,7 +265,8 @@ def triangulate(
     touched = slope_of([p.n_ctx for p in on_line], [p.touched_bytes for p in on_line])
     no_fit = [f.n_ctx for f in failures if f.kind == "does_not_fit" and f.n_ctx]
     does_not_fit_at = min(no_fit) if no_fit else None
-    verdict = _verdict(points, checks, wall, does_not_fit_at)
+    allocated_checks = check_allocated(points)
+    verdict = _verdict(points, checks, allocated_checks, wall, does_not_fit_at)
     capacity = capacity_for(kv_device, plan, plan.reserve_bytes if plan else None)
     target = target or (plan.target if plan else None) or (points[-1].n_ctx * 2 if points else 0)
     projection = project(touched if touched.bytes_per_token is not None else allocated,
@@ -237,20 +275,24 @@ def triangulate(
         cache_types=cache_types, points=points, allocated=allocated, touched=touched,
         allocated_per_device=_per_device_slopes(results), theory_bytes_per_token=theory_bytes_per_token,
         checks=tuple(checks), verdict=verdict, wall_near=wall, does_not_fit_at=does_not_fit_at,
-        projection=projection,
+        projection=projection, allocated_checks=tuple(allocated_checks),
     )
 
 
-def _verdict(points: Sequence[MemoryPoint], checks: Sequence[PointCheck], wall: int | None,
-             does_not_fit_at: int | None) -> str:
+def _verdict(points: Sequence[MemoryPoint], checks: Sequence[PointCheck], allocated: Sequence[PointCheck],
+             wall: int | None, does_not_fit_at: int | None) -> str:
     if wall is not None:
-        return f"memory wall near {wall:,} tokens"
+        check = next(c for c in checks if c.wall)
+        return (f"memory wall near {wall:,} tokens: {check.describe()} while {check.beyond_tier} grew "
+                f"{fmt_bytes(check.beyond_bytes)}")
     if does_not_fit_at is not None:
         return f"linear up to {points[-1].n_ctx:,} tokens; does not fit at {does_not_fit_at:,}" if points \
             else f"does not fit at {does_not_fit_at:,} tokens"
     if not checks:
         return f"not enough points ({len(points)} of 3) to check the line"
-    return "linear"
+    notes = [f"{c.describe()}, and no other tier grew: noise, not a wall" for c in checks if not c.on_line]
+    notes += [c.describe() for c in allocated if not c.on_line]
+    return "linear" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def project(slope: Slope, capacity: Capacity, target: int, wall: int | None,
