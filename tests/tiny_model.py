@@ -2,6 +2,7 @@
 
 They only have to load and run in real llama.cpp (seconds, a few MiB): a byte-fallback SPM
 vocabulary and a 2-layer llama. ``sliding_window`` adds the metadata key (the arch stays llama).
+``f16`` stores the weight matrices as F16 (half the file; norms stay F32).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ SPM_NORMAL, SPM_UNKNOWN, SPM_CONTROL, SPM_BYTE = 1, 2, 3, 6
 
 def write_tiny_llama(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_head: int = 4, n_head_kv: int = 2,
                      n_ff: int = 128, n_ctx_train: int = 4096, seed: int = 0,
-                     sliding_window: int | None = None) -> Path:
+                     sliding_window: int | None = None, f16: bool = False) -> Path:
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -36,7 +37,7 @@ def write_tiny_llama(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_head:
     w.add_head_count_kv(n_head_kv)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(n_embd // n_head)
-    w.add_file_type(0)
+    w.add_file_type(1 if f16 else 0)  # LLAMA_FTYPE_MOSTLY_F16 / ALL_F32
     if sliding_window:
         w.add_sliding_window(sliding_window)
     w.add_tokenizer_model("llama")
@@ -48,7 +49,7 @@ def write_tiny_llama(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_head:
     w.add_unk_token_id(0)
 
     def tensor(name: str, *shape: int) -> None:
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.05).astype(np.float32))
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.05).astype(np.float16 if f16 else np.float32))
 
     n_embd_kv = n_embd // n_head * n_head_kv
     tensor("token_embd.weight", n_vocab, n_embd)
