@@ -78,6 +78,30 @@ def process_names(entries: list[dict[str, Any]]) -> dict[str, str]:
     return names
 
 
+class _ProcessInfoV1(ctypes.Structure):
+    """nvmlProcessInfo_v1_t: the struct of the driver's unsuffixed symbol (the binding has none)."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+def processes_v1(handle: Any) -> list[dict[str, Any]]:
+    """The driver's v1 ``nvmlDeviceGetComputeRunningProcesses`` called directly: does this driver
+    still export it, and what does it return? (The binding's plain name calls _v3.)"""
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
+    count = ctypes.c_uint(0)
+    ret = fn(handle, ctypes.byref(count), None)
+    if ret == pynvml.NVML_SUCCESS:
+        return []
+    if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        raise pynvml.NVMLError(ret)
+    count.value = count.value * 2 + 5
+    entries = (_ProcessInfoV1 * count.value)()
+    ret = fn(handle, ctypes.byref(count), entries)
+    if ret != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(ret)
+    return [{"pid": e.pid, "usedGpuMemory": e.usedGpuMemory} for e in entries[: count.value]]
+
+
 def read_gpu(index: int) -> dict[str, Any]:
     got = outcome(lambda: pynvml.nvmlDeviceGetHandleByIndex(index))
     reading: dict[str, Any] = {"index": index, "nvmlDeviceGetHandleByIndex": {k: v for k, v in got.items()
@@ -108,6 +132,10 @@ def read_gpu(index: int) -> dict[str, Any]:
             calls[name] = outcome(lambda name=name: getattr(pynvml, name)(h))
             if "value" in calls[name]:
                 calls[name]["process_names"] = process_names(calls[name]["value"])
+    try:
+        calls["driver:nvmlDeviceGetComputeRunningProcesses(v1)"] = outcome(lambda: processes_v1(h))
+    except Exception as exc:  # noqa: BLE001 - a raw ctypes call: record whatever it did
+        calls["driver:nvmlDeviceGetComputeRunningProcesses(v1)"] = {"exception": repr(exc)}
     reading["calls"] = calls
     return reading
 
