@@ -184,7 +184,8 @@ build() {
     [[ "$MODE" == cuda ]] && cuda=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF)
     # The libraries stay where they are built: CMake's build-tree run path (absolute: bin/ and the
     # CUDA library folder) finds libggml*, cudart and cublas without LD_LIBRARY_PATH.
-    [[ -f "$BUILD/CMakeCache.txt" ]] || cmake -S "$SRC" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+    # A configure that failed leaves a cache but no build file: configure again then.
+    [[ -f "$BUILD/build.ninja" || -f "$BUILD/Makefile" ]] || cmake -S "$SRC" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF \
         -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF "${simd[@]}" "${cuda[@]}" || return 1

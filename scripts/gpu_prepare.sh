@@ -127,6 +127,7 @@ pack_sources
 download_wheels
 write_model
 manifest
+rm -rf "$CACHE/src"  # 217 MB extracted; the sdist stays for the next run
 echo "wheels: $(find "$OUT/wheels" -name '*.whl' | wc -l), $(du -sh "$OUT/wheels" | cut -f1); model: $(du -h "$OUT/model.gguf" | cut -f1)"
 echo "carried: $(du -sh "$OUT" | cut -f1) in .gpu; the repository's tracked files: " \
      "$(cd "$ROOT" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1) bytes"
