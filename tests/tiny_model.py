@@ -5,7 +5,8 @@ SPM vocabulary and a few layers. One writer per architecture whose KV cache llam
 differently: llama (plain attention; ``sliding_window`` adds the key, the arch stays llama;
 ``arch="deci"`` for per-layer KV heads), gemma3 (interleaved sliding-window layers), deepseek2
 (MLA: one compressed K row, no V), mamba (a recurrent state per sequence, no per-token cache)
-and jamba (a hybrid of the two).
+and jamba (a hybrid of the two). ``f16`` stores the weight matrices as F16 (half the file;
+norms stay F32).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ N_VOCAB = 3 + 256 + len(WORDS)
 class _Model:
     """A GGUFWriter with the shared header, vocabulary and random tensors."""
 
-    def __init__(self, path: Path, arch: str, name: str, seed: int) -> None:
+    def __init__(self, path: Path, arch: str, name: str, seed: int, f16: bool = False) -> None:
         import gguf
 
         self.rng = np.random.default_rng(seed)
@@ -32,7 +33,8 @@ class _Model:
         self.arch = arch
         self.path = path
         self.w.add_name(name)
-        self.w.add_file_type(0)
+        self.w.add_file_type(1 if f16 else 0)  # LLAMA_FTYPE_MOSTLY_F16 / ALL_F32
+        self.dtype = np.float16 if f16 else np.float32
         self._vocab()
 
     def _vocab(self) -> None:
@@ -51,7 +53,7 @@ class _Model:
 
     def random(self, name: str, *shape: int) -> None:
         """``shape`` in numpy order: the reverse of ggml's {ne0, ne1, ...}."""
-        self.w.add_tensor(name, (self.rng.standard_normal(shape) * 0.05).astype(np.float32))
+        self.w.add_tensor(name, (self.rng.standard_normal(shape) * 0.05).astype(self.dtype))
 
     def ones(self, name: str, n: int) -> None:
         self.w.add_tensor(name, np.ones(n, dtype=np.float32))
@@ -75,10 +77,10 @@ def _per_layer(value: int | Sequence[int], n_layer: int) -> list[int]:
 
 def write_tiny_llama(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_head: int = 4,
                      n_head_kv: int | Sequence[int] = 2, n_ff: int = 128, n_ctx_train: int = 4096, seed: int = 0,
-                     sliding_window: int | None = None, arch: str = "llama") -> Path:
+                     sliding_window: int | None = None, arch: str = "llama", f16: bool = False) -> Path:
     """``n_head_kv`` may be one count per layer with ``arch="deci"`` (Nemotron-NAS, the llama
     layout whose loader sizes each layer from its own count)."""
-    m = _Model(path, arch, f"tiny-test-{arch}", seed)
+    m = _Model(path, arch, f"tiny-test-{arch}", seed, f16)
     kv_heads = _per_layer(n_head_kv, n_layer)
     head_dim = n_embd // n_head
     m.w.add_block_count(n_layer)
