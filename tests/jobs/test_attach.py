@@ -175,6 +175,8 @@ def test_once_measures_decode_between_two_readings(server):
     assert lr["prompt_tok_s"] == pytest.approx(256.0) and "average" in lr["prompt_basis"]
     assert lr["slots"][0] == {"id": 0, "n_ctx": 4096, "tokens_used": 1144, "processing": True,
                               "context_used_pct": pytest.approx(27.93)}
+    assert lr["context_in_effect"] == {"n_ctx_per_slot": 4096, "slots": len(lr["slots"]),
+                                       "text": f"{len(lr['slots'])} slots, each up to 4,096 tokens"}
     assert "ram" in record and "swap" in record
 
 
@@ -208,7 +210,9 @@ def test_once_ollama_reports_models(server):
     o = record["ollama"]
     assert ok and "llama_server" not in record
     assert o["models"] == [{"name": "qwen2.5:14b", "size_bytes": 11957419008, "size_vram_bytes": 8405385216,
-                            "context_length": 32768, "in_ram_bytes": 11957419008 - 8405385216}]
+                            "context_length": 32768, "in_ram_bytes": 11957419008 - 8405385216,
+                            "in_ram_pct": 29.7, "context_in_effect": 32768,
+                            "text": "30 % of the model in system RAM"}]
     assert o["decode_tok_s"] is None and "no token counters" in o["decode_reason"]
 
 

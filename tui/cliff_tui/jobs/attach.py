@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from cliff_tui.analysis.server_rates import CounterMove, SessionRateMeter
 from cliff_tui.codec import to_plain
 from cliff_tui.errors import BadInput
-from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, Notice, SessionReading
+from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, Notice, SessionReading, SlotReading
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.probes.endpoints.discovery import DEFAULT_URLS, READERS, describe_discovery, discover, is_found
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
@@ -385,7 +385,19 @@ def _llama_fields(r: SessionReading) -> dict[str, Any]:
         "prompt_tokens_total": r.prompt_tokens_total,
         "prompt_seconds_total": r.prompt_seconds_total,
         "slots": [_slot_record(s) for s in r.slots],
+        "context_in_effect": context_in_effect(r.slots),
     }
+
+
+def context_in_effect(slots: Sequence[SlotReading]) -> dict[str, Any] | None:
+    """The context a request really gets: each slot's own n_ctx (llama-server gives every slot the
+    whole pool with a unified cache, its default; n_ctx / slots, padded to 256, without one)."""
+    sizes = [s.n_ctx for s in slots if s.n_ctx]
+    if not sizes:
+        return None
+    per_slot = min(sizes)
+    text = f"{len(slots)} slot{'s' if len(slots) != 1 else ''}, each up to {per_slot:,} tokens"
+    return {"n_ctx_per_slot": per_slot, "slots": len(slots), "text": text}
 
 
 def _slot_record(slot: Any) -> dict[str, Any]:
@@ -398,5 +410,10 @@ def _slot_record(slot: Any) -> dict[str, Any]:
 def _model_record(model: Any) -> dict[str, Any]:
     record = to_plain(model)
     size, vram = model.size_bytes, model.size_vram_bytes
-    record["in_ram_bytes"] = size - vram if size is not None and vram is not None else None
+    in_ram = size - vram if size is not None and vram is not None else None
+    record["in_ram_bytes"] = in_ram
+    record["in_ram_pct"] = round(100.0 * in_ram / size, 1) if in_ram is not None and size else None
+    record["context_in_effect"] = model.context_length
+    if record["in_ram_pct"]:
+        record["text"] = f"{record['in_ram_pct']:.0f} % of the model in system RAM"
     return record

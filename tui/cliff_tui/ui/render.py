@@ -268,7 +268,9 @@ def session_line(p: Pipeline) -> Parts:
                 parts.append(f"slot {slot.id}: {slot.tokens_used or 0:,}/{slot.n_ctx:,} tokens")
         for m in s.models:
             in_ram = (m.size_bytes or 0) - (m.size_vram_bytes or 0)
-            parts.append(f"{m.name}: {fmt_bytes(m.size_vram_bytes)} in VRAM, {fmt_bytes(in_ram)} in RAM")
+            share = f" ({100 * in_ram / m.size_bytes:.0f} % of the model)" if m.size_bytes and in_ram > 0 else ""
+            context = f", context {m.context_length:,}" if m.context_length else ""
+            parts.append(f"{m.name}: {fmt_bytes(m.size_vram_bytes)} in VRAM, {fmt_bytes(in_ram)} in RAM{share}{context}")
         if s.requests_processing:
             parts.append(f"{s.requests_processing} request(s) running")
     return [(" · ".join(parts), AMBER if warn else None)]

@@ -1,0 +1,75 @@
+"""``cliff-tui fit``: the table from the GGUF header alone, with a triangulation's measurements, and
+its bad input; a real subprocess each time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiny_model import write_tiny_gemma3
+
+DATA = Path(__file__).parent / "data"
+GiB = 1024**3
+
+
+def fit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cliff_tui", "fit", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_fit_on_the_default_model_prints_the_flags_line():
+    proc = fit("--capacity", "8GiB")
+    assert proc.returncode == 0, proc.stderr
+    assert "| q8_0 | on |" in proc.stdout and "invalid: a q8_0 V cache needs flash attention" in proc.stdout
+    assert "Suggested: `llama-server -m " in proc.stdout and " -c 8192 -ctk " in proc.stdout
+
+
+def test_fit_json_carries_the_same_table():
+    record = json.loads(fit("--capacity", "8GiB", "--json").stdout)
+    f16 = next(o for o in record["options"] if o["type_k"] == "f16" and o["flash_attn"])
+    q8 = next(o for o in record["options"] if o["type_k"] == "q8_0" and o["flash_attn"])
+    assert f16["basis"] == "theory" and f16["bytes_per_token"] == 23040  # 30 × 3 × 64 × 2 × 2 B
+    assert q8["bytes_per_token"] < f16["bytes_per_token"] and f16["fits"] and f16["max_context"] == 8192
+    assert f16["command"].endswith("-c 8192 -ctk f16 -ctv f16 -fa on")
+
+
+def test_fit_on_a_sliding_window_model_has_swa_rows(tmp_path):
+    model = write_tiny_gemma3(tmp_path / "gemma3.gguf")
+    record = json.loads(fit("-m", str(model), "--capacity", "1GiB", "--json").stdout)
+    swa = {o["swa_full"] for o in record["options"]}
+    assert swa == {True, False}
+    windowed = next(o for o in record["options"] if not o["swa_full"] and o["valid"])
+    full = next(o for o in record["options"] if o["swa_full"] and o["type_k"] == windowed["type_k"]
+                and o["flash_attn"] == windowed["flash_attn"])
+    assert windowed["fixed_bytes"] > 0 and windowed["bytes_per_token"] < full["bytes_per_token"]
+    assert "--swa-full" in full["command"]
+
+
+def test_fit_from_a_triangulation_uses_the_measured_line():
+    record = json.loads(fit("--from", str(DATA / "smollm2_triangulation.jsonl"), "--capacity", "8GiB",
+                            "--json").stdout)
+    f16 = next(o for o in record["options"] if o["type_k"] == "f16" and o["flash_attn"])
+    q8 = next(o for o in record["options"] if o["type_k"] == "q8_0" and o["flash_attn"])
+    assert f16["basis"] == "measured" and f16["bytes_per_token"] > 23040  # touched: more than the KV alone
+    assert q8["basis"] == "theory × ratio"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-m", "/nonexistent.gguf"], "model file not found"),
+    (["--from", "/nonexistent.json"], "triangulation file not found"),
+])
+def test_fit_bad_input_is_one_line_and_exit_2(args, words):
+    proc = fit(*args)
+    assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_fit_from_a_file_that_is_no_triangulation_is_one_line(tmp_path):
+    junk = tmp_path / "notes.json"
+    junk.write_text('{"hello": 1}')
+    proc = fit("--from", str(junk))
+    assert proc.returncode == 2 and "is not a triangulation's JSON output" in proc.stderr

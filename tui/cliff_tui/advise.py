@@ -1,0 +1,96 @@
+"""``cliff-tui fit``: what fits on this machine's cliff tier, from the GGUF header alone or with
+what a triangulation measured (its JSON output or its recording).
+
+No model is loaded: the header, one sample of the tiers, and the theory of llama.cpp's allocation
+(:mod:`cliff_tui.analysis.theory`) scaled or replaced by measured lines where they exist.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cliff_tui.analysis.fit import FitTable, MeasuredLine, fit_table, measured_lines
+from cliff_tui.analysis.thresholds import DEFAULT_RESERVE_FRACTION, DEFAULT_RESERVE_MIN_BYTES
+from cliff_tui.errors import BadInput
+from cliff_tui.events import ModelInfo, Sample
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    capacity_bytes: int
+    gpu: bool
+
+
+def cliff_tier(sample: Sample) -> Tier:
+    """GPU0's dedicated VRAM where there is a GPU, else the RAM that is available."""
+    for g in sample.gpus:
+        if g.vram_total_bytes:
+            return Tier(f"GPU{g.index} dedicated VRAM", g.vram_total_bytes, True)
+    return Tier("RAM available", sample.ram.available_bytes, False)
+
+
+def default_reserve(capacity: int) -> int:
+    return max(DEFAULT_RESERVE_MIN_BYTES, int(capacity * DEFAULT_RESERVE_FRACTION))
+
+
+def measured_from_file(path: str) -> tuple[list[MeasuredLine], float | None]:
+    """The lines a triangulation measured: from its recording, or from its ``-o json`` output."""
+    text = _read(path)
+    if text.lstrip().startswith('{"type":"header"') or text.lstrip().startswith('{"type": "header"'):
+        from cliff_tui.recording.export import replay_all
+        from cliff_tui.recording.reader import open_recording
+
+        pipeline = replay_all(open_recording(path))
+        return measured_lines(pipeline.triangulations(), pipeline.results)
+    try:
+        record = json.loads(text)
+    except ValueError:
+        raise BadInput(f"{path} is neither a cliff-tui recording nor a triangulation's JSON output "
+                       "(cliff-tui triangulate --headless -o json)") from None
+    return _lines_from_record(record, path)
+
+
+def _lines_from_record(record: Any, path: str) -> tuple[list[MeasuredLine], float | None]:
+    records = record.get("kv_compare") or [record] if isinstance(record, dict) else []
+    lines, ratio = [], None
+    for rec in records:
+        try:
+            slope, intercept = rec["slope_bytes_per_token"], rec["intercept_bytes"]
+            run = rec["runs"][0]
+            per_token = slope["touched"] if slope["touched"] is not None else slope["allocated"]
+            base = intercept["touched"] if slope["touched"] is not None else intercept["allocated"]
+            fa = {"on": True, "off": False}.get(run["flash_attn"])
+            lines.append(MeasuredLine(float(per_token), float(base), run["cache_type_k"], run["cache_type_v"], fa,
+                                      None, f"{Path(path).name}"))
+            if ratio is None and slope["touched"] and slope["allocated"]:
+                ratio = slope["touched"] / slope["allocated"]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise BadInput(f"{path} is not a triangulation's JSON output (no slopes and runs in it): "
+                           "pass what `cliff-tui triangulate --headless -o json` printed") from None
+    if not lines:
+        raise BadInput(f"{path} holds no triangulated line: run `cliff-tui triangulate` first")
+    return lines, ratio
+
+
+def _read(path: str) -> str:
+    from cliff_tui.errors import file_error
+
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise file_error(exc, path, "triangulation file") from None
+
+
+def advise(model: ModelInfo, tier: Tier, *, target: int | None, reserve: int | None, n_seq: int | None,
+           measured: tuple[list[MeasuredLine], float | None] = ([], None)) -> FitTable:
+    lines, ratio = measured
+    try:
+        return fit_table(model, tier.capacity_bytes, tier=tier.name, gpu=tier.gpu,
+                         reserve_bytes=default_reserve(tier.capacity_bytes) if reserve is None else reserve,
+                         target_ctx=target, n_seq=n_seq, touched_ratio=ratio, measured=lines)
+    except ValueError as exc:
+        raise BadInput(f"{model.path}: {exc}") from None
