@@ -146,7 +146,7 @@ class RunWatch:
 
 
 def _red(sign: int, tier: str, c: _Crossing, what: str) -> CliffEvidence:
-    where = f" near depth {c.depth:,}" if c.depth is not None else ""
+    where = "" if c.depth is None else " as the context was created" if c.depth == 0 else f" near depth {c.depth:,}"
     return CliffEvidence(sign, "red", f"{fmt_bytes(c.amount)} {what}{where}", c.t, c.depth, tier, c.amount)
 
 
@@ -173,9 +173,14 @@ def cliff_verdict(evidence: list[CliffEvidence], speed: SpeedVerdict | None) -> 
     first = memory_sign(evidence)
     if first is not None:
         text = f"cliff on {first.tier}: {first.text}"
+        depth = first.depth
         if speed is not None and speed.level == "red":
-            text += f"; decode fell {speed.drop_vs_expected_pct:.0f}% below its depth trend after it"
-        return CliffVerdict("red", text, first.tier, first.depth, tuple(items))
+            knee = speed.knee_depth
+            text += f"; decode fell {speed.drop_vs_expected_pct:.0f}% below its depth trend"
+            text += f" from depth {knee:,}" if knee is not None else " after it"
+            # a cache paged out as it was created bites where the cells in use no longer fit
+            depth = knee if knee is not None and (depth is None or knee > depth) else depth
+        return CliffVerdict("red", text, first.tier, depth, tuple(items))
     if speed is not None and speed.level == "amber":
         return CliffVerdict("amber", speed.text, None, speed.knee_depth, tuple(items))
     info = [e for e in items if e.level == "info"]

@@ -115,7 +115,9 @@ def sign2(trend: RamTrend | None, generating: bool, kv_on_gpu: bool | None,
     """``trend`` is the system's RAM, ``model`` the followed process's own (None: not followed)."""
     if trend is None:
         return SignState(2, "ok", "RAM trend …", "collecting samples")
-    rate = f"RAM {trend.arrow} {fmt_rate(trend.slope_bytes_s)}" if trend.arrow != "→" else "RAM → steady"
+    rate = f"RAM {trend.arrow} {fmt_rate(abs(trend.slope_bytes_s))}" if trend.arrow != "→" else "RAM → steady"
+    if trend.arrow == "↓":
+        return SignState(2, "ok", rate, f"RAM falling over the last {trend.window_s:.0f}s")
     if not trend.rising:
         return SignState(2, "ok", rate, f"RAM steady over {trend.window_s:.0f}s")
     if model is not None and not model.rising:

@@ -35,8 +35,13 @@ class MemoryTracker:
             self._shared_peak = {g.index: g.shared_used_bytes for g in sample.gpus
                                  if g.shared_used_bytes is not None}
             self._process_gpu_peak = sample.process.gpu_used_bytes if sample.process else None
+
+    def start_watch(self, before_load: Sample) -> None:
+        """The memory signs count from before the model loads: creating a context can page its
+        cache out at once (llama.cpp zeroes the whole KV cache), and that is this run's doing."""
+        with self._lock:
             self.watch = RunWatch(self.kv_on_gpu)
-            self.watch.observe(sample, self.depth)
+            self.watch.observe(before_load, 0)
 
     def mark_steady(self) -> None:
         """From now on memory should be flat: keep RSS readings to measure their noise."""
@@ -45,9 +50,9 @@ class MemoryTracker:
 
     def observe(self, sample: Sample) -> None:
         with self._lock:
+            self.watch.observe(sample, self.depth)
             if self.baseline is None:
                 return
-            self.watch.observe(sample, self.depth)
             self._ram_peak = max(self._ram_peak, sample.ram.used_bytes)
             self._swap_peak = max(self._swap_peak, sample.swap.used_bytes)
             rss = sample.process.total_rss_bytes if sample.process else None

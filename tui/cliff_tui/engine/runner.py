@@ -137,11 +137,12 @@ class Run:
         self._check_host_memory(info, n_ctx)
         tracking = SamplerThread(self.sampler, self.tracker.observe, self.options.sample_interval)
         model = context = None
+        self.tracker.start_watch(self.sampler.sample())
         stop_listening = LlamaLog.install().listen(self._on_log)
         try:
             model = LoadedModel(s.model_path, s.n_gpu_layers, self.cancel)
             context = Context(model, n_ctx, s)
-            self.tracker.kv_on_gpu = gpu_index_of(kv_device(self.buffers)) is not None
+            self.tracker.kv_on_gpu = self.tracker.watch.kv_on_gpu = gpu_index_of(kv_device(self.buffers)) is not None
             self.publish(BuffersReported(time.time(), self.run_id, tuple(self.buffers)))
             self._check_cancel()
             created = self.sampler.sample()

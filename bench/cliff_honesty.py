@@ -1,0 +1,130 @@
+"""Is the cliff verdict honest? False alarms on quiet and loaded runs, the knee depth on a real
+cliff, and what the depth probes cost.
+
+    python bench/cliff_honesty.py [--quiet 5] [--hog 3] [--depth 4k] [--no-cgroup]
+
+- quiet: `cliff-tui run --headless` on the default model with nothing else running;
+- hog: the same beside a busy loop pinned to core 0;
+- cgroup (as root): the same inside a memory cgroup below the KV cache with a swap file
+  (tests/cgroup_cliff.py makes and removes them), where decode really falls off a cliff.
+
+A false alarm is a final verdict of amber or red, or a live amber/red alert, on a run with no
+memory sign; an amber beside the hog that names the load is not one. The knee error compares the
+depth the verdict names with the depth where the cells in use outgrow the cgroup's limit (model
+and compute buffers plus the KV cells up to that depth, from the run's own buffer log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests")]
+
+from benchutil import machine_line  # noqa: E402
+from cliff_tui.recording.export import replay_all  # noqa: E402
+from cliff_tui.recording.reader import open_recording  # noqa: E402
+from cliff_tui.units import MiB, parse_tokens  # noqa: E402
+
+
+def run(depth: int, record: Path, popen=subprocess.Popen, extra: tuple[str, ...] = ()) -> dict:
+    argv = [sys.executable, "-m", "cliff_tui", "run", "--headless", "--depth", str(depth), "--n-gen", "32",
+            "-o", "json", "--record", str(record), *extra]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tui"))
+    proc = popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    out, err = proc.communicate(timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed: {err[-1000:]}")
+    return json.loads(out)
+
+
+def live_alarms(record: Path) -> list[str]:
+    return [f"{a.level}: {a.message}" for a in replay_all(open_recording(record)).alerts if a.level in ("amber", "red")]
+
+
+def probe_cost(result: dict) -> float:
+    """Seconds spent decoding probe tokens during the prefill, as a share of the run."""
+    probes = [p for p in result["decode_points"] if p["phase"] == "probe"]
+    return sum(p["ms_per_token"] * p["n_tokens"] for p in probes) / 1000 / result["elapsed_s"]
+
+
+def false_alarm(result: dict, alarms: list[str], load_named: bool) -> bool:
+    cliff = result["cliff"]
+    final = cliff["level"] == "red" or (cliff["level"] == "amber" and not (load_named and "other processes" in cliff["text"]))
+    return final or any(a.startswith("red") for a in alarms) or (not load_named and bool(alarms))
+
+
+def kind(label: str, n: int, depth: int, tmp: Path, hog: bool = False) -> list[dict]:
+    rows = []
+    for i in range(n):
+        hogger = subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"]) \
+            if hog else None
+        try:
+            record = tmp / f"{label}-{i}.jsonl"
+            result = run(depth, record)
+        finally:
+            if hogger is not None:
+                hogger.kill()
+                hogger.wait()
+        alarms = live_alarms(record)
+        rows.append({"kind": label, "cliff": result["cliff"]["level"], "text": result["cliff"]["text"],
+                     "alarms": alarms, "false_alarm": false_alarm(result, alarms, load_named=hog),
+                     "probe_cost": probe_cost(result), "depth_tok_s": result["depth_tok_s"]})
+        print(f"{label} {i + 1}/{n}: {rows[-1]['cliff']} — {rows[-1]['text'][:110]} · live alarms {len(alarms)} · "
+              f"probes {100 * rows[-1]['probe_cost']:.1f} % of the run", flush=True)
+    return rows
+
+
+def cgroup_cliff(tmp: Path) -> dict | None:
+    from cgroup_cliff import Unavailable, require_root, sandbox
+
+    limit, depth = 80 * MiB, 4096
+    try:
+        require_root()
+        with sandbox(limit, swap_bytes=1024 * MiB) as box:
+            result = run(depth, tmp / "cgroup.jsonl", popen=box.popen, extra=("-t", "1"))
+    except Unavailable as exc:
+        print(f"cgroup cliff skipped: {exc}")
+        return None
+    fixed = sum(result["model_buffers"].values()) + sum(result["compute_buffers"].values())
+    per_token = sum(result["kv_buffers"].values()) / result["n_ctx"]
+    crossing = (limit - fixed) / per_token
+    named = result["cliff"]["depth"]
+    error = abs(named - crossing) / crossing if named is not None and crossing > 0 else None
+    print(f"cgroup cliff: {result['cliff']['level']} on {result['cliff']['tier']} at depth {named}; the cells in "
+          f"use outgrow the {limit // MiB} MiB limit near depth {crossing:,.0f} → error "
+          f"{'–' if error is None else f'{100 * error:.0f} %'}")
+    return {"level": result["cliff"]["level"], "tier": result["cliff"]["tier"], "depth": named,
+            "crossing": crossing, "error": error, "text": result["cliff"]["text"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quiet", type=int, default=5)
+    ap.add_argument("--hog", type=int, default=3)
+    ap.add_argument("--depth", type=parse_tokens, default=4096)
+    ap.add_argument("--no-cgroup", action="store_true")
+    args = ap.parse_args()
+    print(machine_line())
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = kind("quiet", args.quiet, args.depth, Path(tmp)) + kind("hog", args.hog, args.depth, Path(tmp), hog=True)
+        cliff = None if args.no_cgroup else cgroup_cliff(Path(tmp))
+    false = sum(r["false_alarm"] for r in rows)
+    print(f"\nfalse alarms: {false} of {len(rows)} runs (goal 0), live and final")
+    print(f"probe cost: median {100 * statistics.median(r['probe_cost'] for r in rows):.1f} % of a run (goal ≤ 5 %)")
+    if cliff is not None:
+        ok = cliff["level"] == "red" and cliff["error"] is not None and cliff["error"] <= 0.2
+        error = "–" if cliff["error"] is None else f"{100 * cliff['error']:.0f} %"
+        print(f"cliff: {cliff['level']} on {cliff['tier']}, knee error {error} (goal ≤ 20 %): "
+              f"{'met' if ok else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

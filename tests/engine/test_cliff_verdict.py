@@ -1,0 +1,95 @@
+"""The one cliff verdict on real runs of the default model: quiet, beside a CPU hog, and the GPU
+trace's shape (the cgroup cliff, where memory really is paged out, is in test_cgroup_cliff.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cliff_tui.events import Alert, RunFinished
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.recording import demo
+from cliff_tui.recording.export import replay_all
+from cliff_tui.recording.reader import open_recording
+
+pytestmark = pytest.mark.model
+
+
+def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cliff_tui", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def alarms(path) -> list[Alert]:
+    """The live alerts, as the dashboard raised them (recomputed from the recording)."""
+    return [a for a in replay_all(open_recording(path)).alerts if a.level in ("amber", "red")]
+
+
+def test_a_quiet_cpu_run_to_8k_raises_no_alarm_live_or_final(tmp_path):
+    record = tmp_path / "quiet.jsonl"
+    proc = cli("run", "--headless", "--depth", "8k", "--n-gen", "32", "-o", "json", "--record", str(record))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cliff = json.loads(proc.stdout)["cliff"]
+    assert cliff["level"] in ("ok", "info"), cliff["text"]
+    assert "PCIe" not in cliff["text"]
+    assert alarms(record) == [], [a.message for a in alarms(record)]
+
+
+@pytest.mark.skipif(os.environ.get("CLIFF_SLOW") != "1", reason="16k prefill takes ~10 minutes here: CLIFF_SLOW=1")
+def test_a_quiet_cpu_run_to_16k_raises_no_alarm(tmp_path):
+    record = tmp_path / "quiet16.jsonl"
+    proc = cli("run", "--headless", "--depth", "16k", "--n-gen", "32", "-o", "json", "--record", str(record),
+               timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["cliff"]["level"] in ("ok", "info")
+    assert alarms(record) == []
+
+
+@pytest.fixture
+def cpu_hog():
+    """A busy loop pinned to core 0, for as long as the test runs."""
+    hog = subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"])
+    try:
+        yield hog
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def test_beside_a_cpu_hog_there_is_no_red_and_an_amber_names_the_load(cpu_hog, tmp_path):
+    record = tmp_path / "hog.jsonl"
+    proc = cli("run", "--headless", "--depth", "4k", "--n-gen", "32", "-o", "json", "--record", str(record))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cliff = json.loads(proc.stdout)["cliff"]
+    assert cliff["level"] != "red", cliff["text"]
+    if cliff["level"] == "amber":
+        assert "other processes used" in cliff["text"] and "CPU cores" in cliff["text"]
+    assert not [a for a in alarms(record) if a.level == "red"]
+
+
+def test_readme_first_command_headless_is_linear_with_no_live_alarm(tmp_path):
+    record = tmp_path / "tri.jsonl"
+    proc = cli("triangulate", "--headless", "--budget", "120", "-o", "json", "--record", str(record), timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["verdict"].startswith("linear"), result["verdict"]
+    assert result["cliff"]["level"] in ("ok", "info"), result["cliff"]["text"]
+    assert alarms(record) == [], [a.message for a in alarms(record)]
+
+
+def test_the_gpu_trace_ends_red_with_shared_vram_named():
+    pipeline = Pipeline()
+    for event in demo.gpu_cliff_run():
+        pipeline.feed(event)
+    (result,) = pipeline.results
+    assert result.cliff.level == "red" and result.cliff.tier == "GPU0 shared VRAM"
+    assert "GPU memory moved into system RAM" in result.cliff.text
+    assert pipeline.cliff_verdict() == result.cliff
+    live = Pipeline()  # the same rule live: before the run finished
+    for event in demo.gpu_cliff_run():
+        if not isinstance(event, RunFinished):
+            live.feed(event)
+    assert live.cliff_verdict().level == "red" and live.cliff_verdict().tier == "GPU0 shared VRAM"
