@@ -195,10 +195,12 @@ class _Reader:
         best_path: str | None = None
         directory, path = self.directory, self.path
         while directory != self.mount_point and self.mount_point in directory.parents:
-            number = self.number(name, field_name, directory)
+            # a parent's unreadable file is no reason: its own cgroup's is
+            number = self.number(name, field_name if directory == self.directory else "_", directory)
             if number is not None and number < V1_UNLIMITED and (best is None or number < best):
                 best, best_path = number, path
             directory, path = directory.parent, path.rsplit("/", 1)[0] or "/"
+        self.reasons.pop("_", None)
         if best is None:
             self.reasons.setdefault(field_name, f"no {name} set on cgroup {self.path} or above it")
         return best, best_path
