@@ -222,7 +222,7 @@ class Cgroup:
     version: Literal[1, 2]
     directory: Path
     limit_bytes: int
-    pids: list[int] = field(default_factory=list)
+    children: list[subprocess.Popen] = field(default_factory=list)  # started by popen: reaped on removal
 
     @property
     def name(self) -> str:
@@ -232,14 +232,23 @@ class Cgroup:
         """Move ``pid`` in. Memory it already holds stays charged where it was (v1 and v2): start
         processes with :meth:`popen` so that everything they allocate is charged here."""
         (self.directory / "cgroup.procs").write_text(str(pid))
-        self.pids.append(pid)
 
     def popen(self, argv: Sequence[str], **kwargs: object) -> subprocess.Popen:
         """Start ``argv`` inside the cgroup: a shell joins it, then execs the command."""
         join = f"echo $$ > {shlex.quote(str(self.directory / 'cgroup.procs'))} && exec \"$@\""
         proc = subprocess.Popen(["/bin/sh", "-c", join, "sh", *argv], **kwargs)  # type: ignore[call-overload]
-        self.pids.append(proc.pid)
+        self.children.append(proc)
+        self._wait_joined(proc)
         return proc
+
+    def _wait_joined(self, proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while proc.pid not in self.procs():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{proc.args[4:]} exited ({proc.returncode}) before it joined {self.name}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{proc.args[4:]} did not join {self.name} within {timeout_s:.0f} s")
+            time.sleep(0.005)
 
     def procs(self) -> list[int]:
         text = (self.directory / "cgroup.procs").read_text()
@@ -258,6 +267,10 @@ class Cgroup:
             key, _, value = line.partition(" ")
             stat[key] = int(value)
         return stat
+
+    def major_faults(self) -> int | None:
+        stat = self.stat()
+        return stat.get("total_pgmajfault" if self.version == 1 else "pgmajfault")
 
     def failcnt(self) -> int | None:
         """v1: times usage hit the limit; v2: memory.events 'max'."""
@@ -321,40 +334,39 @@ def _limit(made: Cgroup, swap_limit_bytes: int | None, swappiness: int | None) -
 
 
 def _remove_cgroup(made: Cgroup, timeout_s: float = 10.0) -> None:
+    """Kill its processes, reap the ones we started (a zombie keeps a v1 cgroup busy), rmdir."""
     if not made.directory.exists():
         return
     deadline = time.monotonic() + timeout_s
-    while True:
-        members = made.procs()
-        if not members:
-            break
+    while members := made.procs():
         for pid in members:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        _reap(made.children)
         if time.monotonic() > deadline:
-            raise RuntimeError(f"processes {members} stay in {made.directory}: rmdir it by hand")
-        time.sleep(0.05)
-    _reap(made.pids)
-    deadline = time.monotonic() + timeout_s
+            raise RuntimeError(f"processes {members} stay in {made.directory}: kill them and rmdir it by hand")
+        time.sleep(0.02)
+    _reap(made.children)
     while True:
         try:
             made.directory.rmdir()
             return
         except OSError as exc:  # EBUSY while the kernel finishes with the killed tasks
             if time.monotonic() > deadline:
-                raise RuntimeError(f"cannot remove {made.directory}: {exc.strerror}") from None
+                raise RuntimeError(f"cannot remove {made.directory}: {exc.strerror} — rmdir it by hand") from None
             time.sleep(0.05)
 
 
-def _reap(pids: list[int]) -> None:
-    """Collect our own killed children so no zombies stay behind."""
-    for pid in pids:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+def _reap(children: list[subprocess.Popen]) -> None:
+    for child in children:
+        if child.poll() is None:
+            try:
+                child.kill()
+                child.wait(timeout=1.0)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
 
 
 def _remove_stale_cgroups(top: Path) -> None:
@@ -412,7 +424,15 @@ def system_swap_used() -> int:
     return fields["SwapTotal"] - fields["SwapFree"]
 
 
-def vm_swap(pid: int) -> int | None:
+def vmstat(name: str) -> int:
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if key == name:
+            return int(value)
+    return 0
+
+
+def vm_swap_of(pid: int) -> int | None:
     """/proc/PID/status VmSwap: this process's anonymous pages in swap."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -420,4 +440,78 @@ def vm_swap(pid: int) -> int | None:
                 return int(line.split()[1]) * 1024
     except OSError:
         return None
+    return None
+
+
+# --- watching it --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CgroupSample:
+    t: float  # time.time()
+    usage_bytes: int
+    swap_bytes: int | None
+    anon_bytes: int | None
+    file_bytes: int | None
+    failcnt: int | None
+    vm_swap_bytes: int  # summed over the cgroup's processes (their anonymous pages in swap)
+    system_swap_bytes: int  # SwapTotal − SwapFree
+    major_faults: int | None  # the cgroup's pgmajfault: pages read back (from swap or file)
+    swap_ins: int  # /proc/vmstat pswpin (system-wide pages read from swap)
+
+
+class Monitor:
+    """Samples a cgroup every ``interval_s`` in a thread, from the probe cliff-tui uses, plus
+    the members' VmSwap and the system's swap."""
+
+    def __init__(self, made: Cgroup, interval_s: float = 0.2) -> None:
+        self.cgroup = made
+        self.interval_s = interval_s
+        self.samples: list[CgroupSample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cgroup-monitor", daemon=True)
+
+    def __enter__(self) -> "Monitor":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> CgroupSample | None:
+        members = self.cgroup.procs()
+        if not members:
+            return None
+        r = read_cgroup_memory(members[0])
+        if r.usage_bytes is None:
+            return None
+        vm_swap = sum(v for v in map(vm_swap_of, members) if v is not None)
+        return CgroupSample(time.time(), r.usage_bytes, r.swap_bytes, r.anon_bytes, r.file_bytes,
+                            self.cgroup.failcnt(), vm_swap, system_swap_used(), self.cgroup.major_faults(),
+                            vmstat("pswpin"))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                taken = self.sample()
+            except OSError:  # the cgroup emptied between reads
+                taken = None
+            if taken is not None:
+                self.samples.append(taken)
+            self._stop.wait(self.interval_s)
+
+    def peak(self, name: str) -> int:
+        return max((getattr(s, name) or 0 for s in self.samples), default=0)
+
+    def first_at_limit(self, margin_bytes: int = 2 * MiB) -> CgroupSample | None:
+        return first_at_limit(self.samples, self.cgroup.limit_bytes, margin_bytes)
+
+
+def first_at_limit(samples: Sequence[CgroupSample], limit_bytes: int,
+                   margin_bytes: int = 2 * MiB) -> CgroupSample | None:
+    """The first sample where usage reached the limit (within ``margin_bytes``) or failcnt moved."""
+    for s in samples:
+        if s.usage_bytes >= limit_bytes - margin_bytes or (s.failcnt or 0) > 0:
+            return s
     return None
