@@ -1,0 +1,224 @@
+"""The cgroup memory probe: real cgroups as root (v1 on this machine), and file trees laid out as
+the kernel lays out the cases this machine cannot show (the v2 memory controller, a container's
+bind-mounted subtree)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from cliff_tui.probes.cgroup import (
+    CgroupMount, cgroup_directory, cgroup_paths, find_mounts, read_cgroup_memory,
+)
+
+MiB = 1024 * 1024
+V1_NO_LIMIT = "9223372036854771712"
+PID = 4242
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def host(tmp_path: Path, mountinfo: str, cgroup: str) -> tuple[str, str]:
+    """A /proc with this process's mountinfo and PID's cgroup file; returns (proc, mountinfo)."""
+    write(tmp_path / "proc" / str(PID) / "cgroup", cgroup)
+    write(tmp_path / "mountinfo", mountinfo)
+    return str(tmp_path / "proc"), str(tmp_path / "mountinfo")
+
+
+def v2_mount(tmp_path: Path, root: str = "/") -> str:
+    return f"30 23 0:26 {root} {tmp_path}/cg rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+
+
+def v2_cgroup(directory: Path, current: int, maximum: str, swap: int = 0, swap_max: str = "max") -> None:
+    write(directory / "memory.current", f"{current}\n")
+    write(directory / "memory.max", f"{maximum}\n")
+    write(directory / "memory.swap.current", f"{swap}\n")
+    write(directory / "memory.swap.max", f"{swap_max}\n")
+    write(directory / "memory.stat", f"anon {current // 2}\nfile {current // 4}\nkernel 4096\n")
+
+
+# --- v2 -----------------------------------------------------------------------------------------
+
+
+def test_v2_limit_is_the_smallest_memory_max_on_the_path_up(tmp_path):
+    proc, mountinfo = host(tmp_path, v2_mount(tmp_path), "0::/app.slice/web.service\n")
+    v2_cgroup(tmp_path / "cg/app.slice", 300 * MiB, str(200 * MiB))
+    v2_cgroup(tmp_path / "cg/app.slice/web.service", 150 * MiB, str(500 * MiB), swap=7 * MiB, swap_max=str(64 * MiB))
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert (r.version, r.path, r.limit_bytes, r.limited_by) == (2, "/app.slice/web.service", 200 * MiB, "/app.slice")
+    assert (r.usage_bytes, r.swap_bytes, r.swap_limit_bytes) == (150 * MiB, 7 * MiB, 64 * MiB)
+    assert (r.anon_bytes, r.file_bytes) == (75 * MiB, 150 * MiB // 4)
+    assert r.reasons == {}
+
+
+def test_v2_max_everywhere_is_no_limit_with_the_reason(tmp_path):
+    proc, mountinfo = host(tmp_path, v2_mount(tmp_path), "0::/user.slice\n")
+    v2_cgroup(tmp_path / "cg/user.slice", 10 * MiB, "max")
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert r.limit_bytes is None and r.swap_limit_bytes is None
+    assert "memory.max" in r.reasons["limit_bytes"] and "/user.slice" in r.reasons["limit_bytes"]
+    assert r.usage_bytes == 10 * MiB
+
+
+def test_v2_without_the_memory_controller_says_so(tmp_path):
+    proc, mountinfo = host(tmp_path, v2_mount(tmp_path), "0::/plain\n")
+    write(tmp_path / "cg/plain/cgroup.procs", f"{PID}\n")
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert r.version == 2 and r.limit_bytes is None and r.usage_bytes is None
+    assert "memory controller is not enabled" in r.reasons["limit_bytes"]
+
+
+def test_v2_root_cgroup_has_no_limit(tmp_path):
+    proc, mountinfo = host(tmp_path, v2_mount(tmp_path), "0::/\n")
+    write(tmp_path / "cg/cgroup.procs", f"{PID}\n")
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert r.limit_bytes is None and "root cgroup" in r.reasons["limit_bytes"]
+
+
+def test_container_subtree_is_found_under_its_mount_root(tmp_path):
+    """Docker without a cgroup namespace: /proc/PID/cgroup names the host path, the mount shows
+    only the container's subtree."""
+    proc, mountinfo = host(tmp_path, v2_mount(tmp_path, root="/docker/abc"), "0::/docker/abc/worker\n")
+    v2_cgroup(tmp_path / "cg/worker", 40 * MiB, str(256 * MiB))
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert r.directory == str(tmp_path / "cg/worker") and r.limit_bytes == 256 * MiB
+
+
+def test_cgroup_outside_the_mounted_subtree_is_a_reason_not_a_crash(tmp_path):
+    proc, mountinfo = host(tmp_path, v2_mount(tmp_path, root="/docker/abc"), "0::/system.slice/other\n")
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert r.limit_bytes is None and "outside the hierarchy" in r.reasons["limit_bytes"]
+
+
+# --- v1 -----------------------------------------------------------------------------------------
+
+
+def v1_cgroup(directory: Path, limit: str, usage: int, swap: int, hierarchical: str | None = None) -> None:
+    write(directory / "memory.limit_in_bytes", f"{limit}\n")
+    write(directory / "memory.usage_in_bytes", f"{usage}\n")
+    write(directory / "memory.memsw.usage_in_bytes", f"{usage + swap}\n")
+    write(directory / "memory.stat", (
+        f"cache 1\nrss 2\nswap 3\nhierarchical_memory_limit {hierarchical or limit}\n"
+        f"hierarchical_memsw_limit {V1_NO_LIMIT}\ntotal_cache {usage // 4}\ntotal_rss {usage // 2}\n"
+        f"total_swap {swap}\n"))
+
+
+def v1_host(tmp_path: Path, cgroup: str, root: str = "/") -> tuple[str, str]:
+    mountinfo = (f"31 23 0:28 / {tmp_path}/fs rw - tmpfs tmpfs rw\n"
+                 f"32 31 0:29 / {tmp_path}/cpu rw - cgroup cgroup rw,cpu\n"
+                 f"35 31 0:32 {root} {tmp_path}/mem rw,relatime - cgroup cgroup rw,memory\n"
+                 + v2_mount(tmp_path))
+    return host(tmp_path, mountinfo, f"9:name=systemd:/\n4:memory:{cgroup}\n1:cpu:/\n0::/\n")
+
+
+def test_v1_memory_hierarchy_wins_over_a_v2_mount_without_it(tmp_path):
+    proc, mountinfo = v1_host(tmp_path, "/jobs/a")
+    v1_cgroup(tmp_path / "mem/jobs", V1_NO_LIMIT, 300 * MiB, 0)
+    v1_cgroup(tmp_path / "mem/jobs/a", str(150 * MiB), 149 * MiB, 109 * MiB)
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert (r.version, r.limit_bytes, r.limited_by) == (1, 150 * MiB, "/jobs/a")
+    assert (r.usage_bytes, r.swap_bytes, r.anon_bytes, r.file_bytes) == (149 * MiB, 109 * MiB, 149 * MiB // 2,
+                                                                         149 * MiB // 4)
+    assert r.swap_limit_bytes is None and "memory+swap" in r.reasons["swap_limit_bytes"]
+
+
+def test_v1_limit_above_the_visible_subtree_comes_from_hierarchical_memory_limit(tmp_path):
+    proc, mountinfo = v1_host(tmp_path, "/docker/abc", root="/docker/abc")
+    v1_cgroup(tmp_path / "mem", V1_NO_LIMIT, 80 * MiB, 0, hierarchical=str(512 * MiB))
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert r.limit_bytes == 512 * MiB and r.limited_by == "a cgroup above /docker"
+    assert "limit_bytes" not in r.reasons
+
+
+def test_v1_unlimited_is_none_with_the_reason(tmp_path):
+    proc, mountinfo = v1_host(tmp_path, "/jobs/a")
+    v1_cgroup(tmp_path / "mem/jobs/a", V1_NO_LIMIT, 20 * MiB, 0)
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert r.limit_bytes is None and "/jobs/a" in r.reasons["limit_bytes"]
+    assert r.usage_bytes == 20 * MiB
+
+
+def test_v1_without_swap_accounting(tmp_path):
+    proc, mountinfo = v1_host(tmp_path, "/jobs/a")
+    directory = tmp_path / "mem/jobs/a"
+    v1_cgroup(directory, str(64 * MiB), 20 * MiB, 0)
+    (directory / "memory.memsw.usage_in_bytes").unlink()
+    stat = (directory / "memory.stat").read_text().splitlines()
+    write(directory / "memory.stat", "\n".join(line for line in stat if "swap" not in line and "memsw" not in line))
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert r.limit_bytes == 64 * MiB
+    assert r.swap_bytes is None and "swap accounting" in r.reasons["swap_bytes"]
+
+
+def test_unreadable_file_is_a_reason(tmp_path):
+    proc, mountinfo = v1_host(tmp_path, "/jobs/a")
+    v1_cgroup(tmp_path / "mem/jobs/a", "garbage", 20 * MiB, 0, hierarchical=V1_NO_LIMIT)
+    r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert r.limit_bytes is None and "not a number" in r.reasons["limit_bytes"]
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+
+def test_mountinfo_escapes_and_first_mount_wins(tmp_path):
+    write(tmp_path / "mi", "40 1 0:5 / /sys/fs/cgroup/my\\040mem rw - cgroup cgroup rw,memory,cpu\n"
+                           "41 1 0:6 / /elsewhere rw - cgroup cgroup rw,memory\n"
+                           "42 1 0:7 /sub /sys/fs/cgroup/unified rw shared:1 - cgroup2 cgroup2 rw\n")
+    mounts = find_mounts(str(tmp_path / "mi"))
+    assert mounts[1] == CgroupMount(1, "/sys/fs/cgroup/my mem", "/")
+    assert mounts[2] == CgroupMount(2, "/sys/fs/cgroup/unified", "/sub")
+
+
+def test_cgroup_directory():
+    mount = CgroupMount(2, "/sys/fs/cgroup", "/docker/abc")
+    assert cgroup_directory(mount, "/docker/abc") == Path("/sys/fs/cgroup")
+    assert cgroup_directory(mount, "/docker/abc/x") == Path("/sys/fs/cgroup/x")
+    assert cgroup_directory(mount, "/docker/abcdef") is None
+
+
+def test_missing_process_is_a_reason(tmp_path):
+    (tmp_path / "proc").mkdir()
+    write(tmp_path / "mountinfo", v2_mount(tmp_path))
+    r = read_cgroup_memory(PID, proc=str(tmp_path / "proc"), mountinfo=str(tmp_path / "mountinfo"))
+    assert r.version is None and "no such process" in r.reasons["limit_bytes"]
+
+
+# --- real ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not Path("/proc/self/cgroup").exists(), reason="no /proc/self/cgroup: not Linux")
+def test_this_process_reads_without_error():
+    r = read_cgroup_memory()
+    assert r.pid == os.getpid()
+    assert cgroup_paths(os.getpid())
+    # either a figure or a reason for every field
+    for name in ("limit_bytes", "usage_bytes", "swap_bytes", "anon_bytes", "file_bytes"):
+        assert getattr(r, name) is not None or name in r.reasons
+
+
+def test_real_cgroup_limit_and_usage_of_a_child():
+    from cgroup_cliff import Unavailable, cgroup, require_root
+
+    with ExitStack() as stack:
+        try:
+            require_root()
+            made = stack.enter_context(cgroup(96 * MiB))
+        except Unavailable as exc:
+            pytest.skip(str(exc))
+        code = "x = bytearray(40 * 2**20); print('ready', flush=True); import time; time.sleep(30)"
+        child = made.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "ready"
+        r = read_cgroup_memory(child.pid)
+        assert (r.limit_bytes, r.limited_by) == (96 * MiB, "/" + made.name)
+        assert r.usage_bytes >= 40 * MiB and r.anon_bytes >= 40 * MiB
+        assert r.swap_bytes is not None or "swap_bytes" in r.reasons
+    assert not made.directory.exists()
+    assert child.poll() is not None
