@@ -30,6 +30,8 @@ def cliff_tier(sample: Sample) -> Tier:
     for g in sample.gpus:
         if g.vram_total_bytes:
             return Tier(f"GPU{g.index} dedicated VRAM", g.vram_total_bytes, True)
+    if sample.cgroup is not None:
+        return Tier(sample.cgroup.tier, sample.ram_room_bytes, False)
     return Tier("RAM available", sample.ram.available_bytes, False)
 
 

@@ -92,6 +92,33 @@ class GpuReading:
 
 
 @dataclass(frozen=True)
+class CgroupReading:
+    """The memory cgroup a process runs in, where its limit is below the machine's RAM (Docker
+    ``--memory``, Kubernetes limits, systemd slices): then the limit is the RAM tier."""
+
+    path: str
+    limit_bytes: int
+    usage_bytes: int | None
+    swap_bytes: int | None = None
+
+    @property
+    def available_bytes(self) -> int | None:
+        return None if self.usage_bytes is None else max(0, self.limit_bytes - self.usage_bytes)
+
+    @property
+    def tier(self) -> str:
+        return f"RAM (cgroup limit {_binary(self.limit_bytes)})"
+
+
+def _binary(n: int) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n} B"
+
+
+@dataclass(frozen=True)
 class Sample:
     """One reading of every memory tier, bus and clock, taken at ``t`` (Unix seconds)."""
 
@@ -102,6 +129,20 @@ class Sample:
     gpus_reason: str | None = None
     process: ProcessReading | None = None
     cpu_busy_s: float | None = None  # CPU seconds every core has been busy since boot (all processes)
+    cgroup: CgroupReading | None = None  # the followed process's (else this one's) memory limit
+
+    @property
+    def ram_capacity_bytes(self) -> int:
+        """The RAM tier's size: the cgroup's limit where one applies, else the machine's RAM."""
+        return self.cgroup.limit_bytes if self.cgroup is not None else self.ram.total_bytes
+
+    @property
+    def ram_room_bytes(self) -> int:
+        """What the model can still take from RAM: the lesser of the machine's and the cgroup's."""
+        room = self.ram.available_bytes
+        if self.cgroup is not None and self.cgroup.available_bytes is not None:
+            room = min(room, self.cgroup.available_bytes)
+        return room
 
 
 # --- a generation run -------------------------------------------------------------------------
@@ -390,6 +431,7 @@ class TriangulationPlanned:
     target: int
     reserve_bytes: int | None
     ram_available_bytes: int | None = None
+    ram_tier: str = "RAM (swap beyond)"
     vram_total_bytes: tuple[int | None, ...] = ()
     note: str = ""
 

@@ -104,6 +104,8 @@ class RunWatch:
             if g.vram_used_bytes and g.vram_total_bytes and g.vram_used_bytes >= th.TIER_FULL * g.vram_total_bytes:
                 self._full = (f"GPU{g.index} dedicated VRAM", _Crossing(s.t, depth, g.vram_used_bytes))
                 return
+        # A cgroup at its limit is no sign by itself (its usage counts page cache the kernel can
+        # drop): what it cannot hold goes to swap, which the swap sign sees, or gets it killed.
         if not self.kv_on_gpu and s.ram.total_bytes and s.ram.available_bytes < (1 - th.TIER_FULL) * s.ram.total_bytes:
             self._full = ("RAM", _Crossing(s.t, depth, s.ram.used_bytes))
 

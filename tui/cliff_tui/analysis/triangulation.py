@@ -233,7 +233,7 @@ def capacity_for(kv_device: str | None, plan: TriangulationPlanned | None, reser
     gpu = gpu_index_of(kv_device)
     if gpu is None:
         total = plan.ram_available_bytes if plan else None
-        tier = "RAM (swap beyond)"
+        tier = plan.ram_tier if plan else "RAM (swap beyond)"
     else:
         totals = plan.vram_total_bytes if plan else ()
         total = totals[gpu] if gpu < len(totals) else None

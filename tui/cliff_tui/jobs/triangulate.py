@@ -118,7 +118,8 @@ class TriangulateJob:
             kv_types=tuple(dataclasses.replace(self.base, cache_type_k=k, cache_type_v=v).cache_label
                            for k, v in self.kv_types),
             target=self.target or model.n_ctx_train or 2 * max(self.depths), reserve_bytes=self.reserve,
-            ram_available_bytes=first.ram.available_bytes,
+            ram_available_bytes=first.ram_room_bytes,
+            ram_tier=first.cgroup.tier if first.cgroup is not None else "RAM (swap beyond)",
             vram_total_bytes=tuple(g.vram_total_bytes for g in first.gpus), note=note))
         for k, v in self.kv_types:
             self._triangulate_type(model, k, v, publish, cancel, on_worker)

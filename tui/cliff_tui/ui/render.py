@@ -142,11 +142,15 @@ def _shared_panel(p: Pipeline, s: Sample) -> Panel:
 
 
 def _ram_panel(p: Pipeline, s: Sample) -> Panel:
-    r = s.ram
-    value = f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {r.used_bytes / r.total_bytes:.0%}" \
-            f"  · available {fmt_bytes(r.available_bytes)}"
+    r, cg = s.ram, s.cgroup
     sign = p.signs.get(2)
     note, style = (f"{sign.headline} — {sign.detail}", _level_style(sign.level)) if sign else ("", DIM)
+    if cg is not None and cg.usage_bytes is not None:
+        value = f"{fmt_bytes(cg.usage_bytes)} / {fmt_bytes(cg.limit_bytes)}  {cg.usage_bytes / cg.limit_bytes:.0%}" \
+                f"  · the machine has {fmt_bytes(r.total_bytes)}"
+        return Panel("ram", cg.tier, value, _spark(p, "ram.used", r.total_bytes), note, style, _version(p, "ram.used"))
+    value = f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {r.used_bytes / r.total_bytes:.0%}" \
+            f"  · available {fmt_bytes(r.available_bytes)}"
     return Panel("ram", "System RAM", value, _spark(p, "ram.used", r.total_bytes), note, style,
                  _version(p, "ram.used"))
 
