@@ -322,7 +322,8 @@ def _limit(made: Cgroup, swap_limit_bytes: int | None, swappiness: int | None) -
     try:
         if made.version == 2:
             (d / "memory.max").write_text(str(made.limit_bytes))
-            (d / "memory.swap.max").write_text("max" if swap_limit_bytes is None else str(swap_limit_bytes))
+            if (d / "memory.swap.max").exists():  # absent without swap accounting: swap is unlimited then
+                (d / "memory.swap.max").write_text("max" if swap_limit_bytes is None else str(swap_limit_bytes))
             return
         (d / "memory.limit_in_bytes").write_text(str(made.limit_bytes))
         if swap_limit_bytes is not None and (d / "memory.memsw.limit_in_bytes").exists():
