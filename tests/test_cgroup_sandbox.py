@@ -27,12 +27,11 @@ def root_with_memory_cgroups() -> None:
 def test_undone_when_the_body_raises(root_with_memory_cgroups, kind):
     if kind == "zram" and not cc.zram_available():
         pytest.skip("no zram: /sys/class/zram-control is absent")
-    with pytest.raises(RuntimeError, match="boom"):
-        with cc.sandbox(64 * cc.MiB, 64 * cc.MiB, kind) as box:
-            child = box.popen([sys.executable, "-c", "import time; time.sleep(60)"])
-            assert box.swap.device in cc.active_swaps() and box.cgroup.directory.is_dir()
-            assert box.cgroup.procs() == [child.pid]
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), cc.sandbox(64 * cc.MiB, 64 * cc.MiB, kind) as box:
+        child = box.popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        assert box.swap.device in cc.active_swaps() and box.cgroup.directory.is_dir()
+        assert box.cgroup.procs() == [child.pid]
+        raise RuntimeError("boom")
     assert box.swap.device not in cc.active_swaps() and not box.cgroup.directory.exists()
     if kind == "file":
         assert not Path(box.swap.device).exists()

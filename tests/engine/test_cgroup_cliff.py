@@ -49,7 +49,7 @@ def decode_started_at(record: Path) -> float:
     raise AssertionError("the recording has no decode phase")
 
 
-def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sandbox, tmp_path, smollm2):
+def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sandbox, tmp_path, smollm2):  # noqa: F811
     box = memory_sandbox(LIMIT, swap_bytes=1024 * MiB, swap_kind="file")
     record = tmp_path / "run.jsonl"
     result, monitor = run_in(box, record)
