@@ -24,6 +24,7 @@ charged, major faults per decoded token, and where usage reached the limit.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -40,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tui"), str(ROOT / "bench")]
 
 MiB = 1024 * 1024
+FAULT_KNEE = 256  # major faults a decoded token (1 MiB read back) from which a probe counts as paging
 
 
 # --- the probe-curve child (runs inside the cgroup) -----------------------------------------------
@@ -174,7 +176,7 @@ def measure(argv: list[str], label: str, limit_mib: int | None, args: argparse.N
     with tempfile.TemporaryFile("w+") as out:
         t0 = time.monotonic()
         if limit_mib is None:
-            rc = subprocess.run(argv, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=ROOT).returncode
+            rc = subprocess.run(argv, check=False, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=ROOT).returncode
             samples, limit = [], None
         else:
             with cc.sandbox(limit_mib * MiB, args.swap_mib * MiB, args.swap) as box, \
@@ -220,6 +222,15 @@ def knee(curve: dict[int, dict], peer: dict[int, dict], factor: float = 2.0) -> 
     return None
 
 
+def fault_knee(curve: dict[int, dict], per_token: float = FAULT_KNEE) -> int | None:
+    """The first probe depth from which every probe reads ≥ ``per_token`` pages back a token."""
+    depths = sorted(curve)
+    for i, depth in enumerate(depths):
+        if all(curve[d]["majflt_per_token"] >= per_token for d in depths[i:]):
+            return depth
+    return None
+
+
 def line_at(points: list[tuple[float, float]], x: float) -> float | None:
     from cliff_tui.analysis.speed import fit_line
 
@@ -260,12 +271,14 @@ def memory_figures(m: Measured) -> dict:
 
     at_limit = cc.first_at_limit(s, m.limit_bytes)
     last = s[-1]
+    fullest = max(s, key=lambda x: x.swap_bytes or 0)
     decode = [x for x in s if m.progress and (phase_at(m.progress, x.t) or ("",))[0] == "decode"]
     faults_decode = decode[-1].major_faults - decode[0].major_faults if len(decode) > 1 else None
     return {
         "swap_peak": max(x.swap_bytes or 0 for x in s), "vm_swap_peak": max(x.vm_swap_bytes for x in s),
         "system_swap_peak": max(x.system_swap_bytes for x in s) - s[0].system_swap_bytes,
-        "anon_end": last.anon_bytes, "file_end": last.file_bytes, "usage_peak": max(x.usage_bytes for x in s),
+        "anon_at_swap_peak": fullest.anon_bytes, "file_at_swap_peak": fullest.file_bytes,
+        "usage_peak": max(x.usage_bytes for x in s),
         "at_limit_s": at_limit.t - s[0].t if at_limit else None,
         "at_limit_phase": phase_at(m.progress, at_limit.t) if at_limit and m.progress else None,
         "major_faults": last.major_faults - s[0].major_faults if last.major_faults is not None else None,
@@ -287,13 +300,14 @@ def report(args: argparse.Namespace, curves: dict, runs: dict) -> None:
         for rep, m in enumerate(ms):
             peer = probes_of(peers[rep]) if rep < len(peers) else {}
             curve = probes_of(m)
-            k = knee(curve, peer)
+            k, fk = knee(curve, peer), fault_knee(curve)
             ctx = next((r for r in m.records if r.get("event") == "context"), {})
             loaded = next((r for r in m.records if r.get("event") == "loaded"), {})
-            print(f"\nlimit {limit} MiB rep {rep + 1}: knee {k}, wall {m.wall_s:.0f} s, rc {m.rc}; "
+            print(f"\nlimit {limit} MiB rep {rep + 1}: knee {k} (≥ 2× the peer), paging from {fk} (≥ {FAULT_KNEE} "
+                  f"major faults a token), wall {m.wall_s:.0f} s, rc {m.rc}; "
                   f"anon after load {loaded.get('rss_anon_kib', 0) / 1024:.1f} MiB, after context "
                   f"{ctx.get('rss_anon_kib', 0) / 1024:.1f} (VmSwap {ctx.get('vm_swap_kib', 0) / 1024:.1f}), "
-                  f"mem {json.dumps({k2: (mib(v) if 'peak' in k2 or k2.endswith('_end') else v) for k2, v in memory_figures(m).items()})}")
+                  f"mem {json.dumps({k2: (mib(v) if 'peak' in k2 else v) for k2, v in memory_figures(m).items()})}")
             print("  depth  ms/tok  peer  ratio  majflt/tok  VmSwap MiB")
             for d in sorted(curve):
                 p = peer.get(d, {}).get("ms")
@@ -319,7 +333,7 @@ def report(args: argparse.Namespace, curves: dict, runs: dict) -> None:
             print(f"  KV {mib(f['kv_bytes'])} MiB for n_ctx {f['n_ctx']}; run's swap_delta {mib(f['swap_delta_bytes'])}")
             fig = memory_figures(m)
             if fig:
-                print("  " + ", ".join(f"{k}={mib(v) if 'peak' in k or k.endswith('_end') else v}"
+                print("  " + ", ".join(f"{k}={mib(v) if 'peak' in k else v}"
                                        for k, v in fig.items()))
 
 
@@ -338,6 +352,7 @@ def main() -> int:
     parser.add_argument("--no-mmap", action="store_true", help="load the weights into anonymous memory")
     parser.add_argument("--no-run", action="store_true", help="only the probe curves, not cliff-tui run")
     parser.add_argument("--no-curve", action="store_true", help="only cliff-tui run")
+    parser.add_argument("--json-out", type=Path, help="also write every measurement (samples included) here")
     parser.add_argument("--model", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -374,6 +389,10 @@ def main() -> int:
                     runs[limit].append(m)
                     print(f"rep {rep + 1} limit {limit}: run {m.wall_s:.0f} s", flush=True)
     report(args, curves if not args.no_curve else {}, runs if not args.no_run else {})
+    if args.json_out:
+        dump = {kind: {str(limit): [dataclasses.asdict(m) for m in ms] for limit, ms in found.items()}
+                for kind, found in (("curves", curves), ("runs", runs))}
+        args.json_out.write_text(json.dumps(dump))
     print(f"\nleft behind: swaps {cc.active_swaps()}, cgroups "
           f"{[p.name for p in Path(cc.find_mounts()[cc.memory_cgroup_version()].mount_point).glob(cc.PREFIX + '*')]}")
     return 0

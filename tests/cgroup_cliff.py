@@ -6,7 +6,8 @@ memory controller is enabled, else v1 ``memory.limit_in_bytes``), and yields a :
 whose ``popen`` starts commands inside it. On exit, and also at interpreter exit or on SIGTERM /
 SIGHUP, it kills what is left in the cgroup, removes it, turns the swap off and deletes it. Things
 left behind by a run that was SIGKILLed (the owner PID in the name is dead) are removed on the
-next ``sandbox()``.
+next ``sandbox()`` — swap files and cgroups; a zram device has no name to find it by (``swapoff
+/dev/zramN`` and write N to /sys/class/zram-control/hot_remove by hand).
 
 Where it cannot work it raises :class:`Unavailable` with the reason (the fixture turns that into
 a skip): not root, no memory cgroup controller, swapon refused.
@@ -23,10 +24,11 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Literal, Sequence
+from typing import Literal
 
 from cliff_tui.probes.cgroup import CgroupMemory, find_mounts, read_cgroup_memory
 
@@ -85,6 +87,8 @@ def _install_handlers() -> None:
         return
     for signum in (signal.SIGTERM, signal.SIGHUP):
         previous = signal.getsignal(signum)
+        if previous == signal.SIG_IGN:  # nohup: the signal does not end us, so nothing to undo early
+            continue
 
         def handler(num: int, frame: object, previous: object = previous) -> None:
             undo_all()
@@ -101,7 +105,7 @@ def _install_handlers() -> None:
 
 
 def _sh(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True)
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
 
 
 def _check(*argv: str) -> None:
@@ -322,7 +326,8 @@ def _limit(made: Cgroup, swap_limit_bytes: int | None, swappiness: int | None) -
     try:
         if made.version == 2:
             (d / "memory.max").write_text(str(made.limit_bytes))
-            (d / "memory.swap.max").write_text("max" if swap_limit_bytes is None else str(swap_limit_bytes))
+            if (d / "memory.swap.max").exists():  # absent without swap accounting: swap is unlimited then
+                (d / "memory.swap.max").write_text("max" if swap_limit_bytes is None else str(swap_limit_bytes))
             return
         (d / "memory.limit_in_bytes").write_text(str(made.limit_bytes))
         if swap_limit_bytes is not None and (d / "memory.memsw.limit_in_bytes").exists():
@@ -471,7 +476,7 @@ class Monitor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cgroup-monitor", daemon=True)
 
-    def __enter__(self) -> "Monitor":
+    def __enter__(self) -> Monitor:
         self._thread.start()
         return self
 

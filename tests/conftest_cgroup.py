@@ -3,8 +3,8 @@ with the reason where the machine cannot host them, undone at teardown."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from typing import Callable, Iterator
 
 import pytest
 

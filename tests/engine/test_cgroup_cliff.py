@@ -1,13 +1,14 @@
 """A real cliff on a CPU machine: the default model's decode inside a memory cgroup whose limit is
 below its KV cache, with a swap file behind it (as root; skipped with the reason elsewhere).
 
-SmolLM2-135M's f16 KV cache is 22.5 KiB a token: 90 MiB at depth 4,096, against a limit of
-80 MiB. llama.cpp zeroes the whole cache when it creates the context, so the cgroup is at its
-limit and part of the cache is in swap from the start; decode at depth reads the cache of every
-layer for every token, and past depth ~3,300 (measured: bench/RESULTS.md) it no longer fits, so
-every token reads pages back from swap. One thread: llama.cpp's threads spin-wait at barriers,
-and on a shared 2-core machine two of them turn other processes' load into 50× stalls that would
-swamp the trend this test compares against.
+SmolLM2-135M's f16 KV cache is 22.5 KiB a token: 73 MiB for the 3,328 cells of a run to depth
+3,072, against a limit of 64 MiB. llama.cpp zeroes the whole cache when it creates the context,
+so the cgroup is at its limit and cold pages are in swap from the start; decode at depth reads
+every layer's cache for every token, and past depth ~2,300–2,800 at this limit (measured:
+bench/RESULTS.md) that no longer fits, so each token reads megabytes back from swap. The probes
+of the shallow half (≤ 1,536) are below that and give the run's own depth trend. One thread:
+llama.cpp's threads spin-wait at barriers, and on a shared 2-core machine two of them turn other
+processes' load into 50× stalls that would swamp that trend.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from cliff_tui.analysis.speed import robust_line
 from conftest_cgroup import memory_sandbox  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
-LIMIT = 80 * MiB
-DEPTH = 4096
+LIMIT = 64 * MiB
+DEPTH = 3072
 N_GEN = 16
 
 
@@ -48,7 +49,7 @@ def decode_started_at(record: Path) -> float:
     raise AssertionError("the recording has no decode phase")
 
 
-def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sandbox, tmp_path, smollm2):
+def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sandbox, tmp_path, smollm2):  # noqa: F811
     box = memory_sandbox(LIMIT, swap_bytes=1024 * MiB, swap_kind="file")
     record = tmp_path / "run.jsonl"
     result, monitor = run_in(box, record)
