@@ -76,3 +76,27 @@ def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sand
           f"{monitor.peak('swap_bytes') / MiB:.1f} MiB (VmSwap {monitor.peak('vm_swap_bytes') / MiB:.1f}); "
           f"{faults_per_token:.0f} major faults a decoded token; verdict {result['verdict']}")
     assert faults_per_token >= 256, faults_per_token  # ≥ 1 MiB a token read back
+
+    # the one verdict: red, on swap, at the depth where the cgroup began reading pages back
+    cliff = result["cliff"]
+    assert cliff["level"] == "red" and cliff["tier"] == "swap", cliff["text"]
+    assert "PCIe" not in cliff["text"]
+    reading_back = paging_started_at(monitor.samples, record)
+    assert reading_back is not None
+    assert abs(cliff["depth"] - reading_back) <= 0.2 * reading_back, (cliff["depth"], reading_back, cliff["text"])
+
+
+def paging_started_at(samples, record: Path, faults_per_s: float = 256.0) -> int | None:
+    """The depth at which the cgroup's own readings show pages read back from swap, after the
+    context was created: its major faults per second rising past the threshold."""
+    depths = [(e["t"], e["depth"]) for e in map(json.loads, record.read_text().splitlines()[1:])
+              if e.get("type") == "progress" and e["phase"] in ("prefill", "decode")]
+    if not depths:
+        return None
+    start = depths[0][0]
+    for a, b in zip(samples, samples[1:]):
+        if a.t < start or a.major_faults is None or b.major_faults is None or b.t <= a.t:
+            continue
+        if (b.major_faults - a.major_faults) / (b.t - a.t) >= faults_per_s:
+            return max((d for t, d in depths if t <= b.t), default=depths[0][1])
+    return None

@@ -55,6 +55,7 @@ class ProcessReading:
     reasons: dict[str, str] = field(default_factory=dict)
     swap_bytes: int | None = None  # this process's memory paged out to swap (Linux: VmSwap)
     cpu_s: float | None = None  # CPU seconds used so far by the process and its children
+    major_faults: int | None = None  # pages it has read back from swap or disk so far (Linux)
 
     @property
     def total_rss_bytes(self) -> int | None:

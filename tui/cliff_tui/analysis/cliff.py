@@ -34,6 +34,8 @@ class RunWatch:
         self._shared0: dict[int, int] = {}
         self._swap: _Crossing | None = None
         self._swap_elsewhere: _Crossing | None = None
+        self._parked: _Crossing | None = None  # the model's pages in swap, not read back (yet)
+        self._faults: tuple[float, int] | None = None
         self._shared: dict[int, _Crossing] = {}
         self._ram: _Crossing | None = None
         self._full: tuple[str, _Crossing] | None = None
@@ -45,7 +47,7 @@ class RunWatch:
         if self._first is None:
             self._start(sample)
             return
-        self._swap_sign(sample, depth)
+        self._swap_sign(sample, depth, self._reading_back(sample) if generating else False)
         self._shared_sign(sample, depth)
         if generating:
             self._ram_sign(sample, depth)
@@ -62,12 +64,25 @@ class RunWatch:
 
     # --- the memory signs -----------------------------------------------------------------
 
-    def _swap_sign(self, s: Sample, depth: int | None) -> None:
+    def _reading_back(self, s: Sample) -> bool | None:
+        """Whether the model reads pages back from swap now (None: its faults are not known)."""
+        faults = s.process.major_faults if s.process is not None else None
+        if faults is None:
+            return None
+        prev, self._faults = self._faults, (s.t, faults)
+        if prev is None or s.t <= prev[0]:
+            return False
+        return (faults - prev[1]) / (s.t - prev[0]) >= th.SWAP_IN_FAULTS_PER_S
+
+    def _swap_sign(self, s: Sample, depth: int | None, reading_back: bool | None) -> None:
         system = s.swap.used_bytes - self._first.swap.used_bytes
         mine = None
         if self._process_swap0 is not None and s.process is not None and s.process.swap_bytes is not None:
             mine = s.process.swap_bytes - self._process_swap0
-        if mine is not None and mine > th.SWAP_SPILL_BYTES:
+        if mine is not None and mine > th.SWAP_SPILL_BYTES and reading_back is False:
+            self._parked = self._parked or _Crossing(s.t, depth, mine)
+            self._parked.amount = max(self._parked.amount, mine)
+        elif mine is not None and mine > th.SWAP_SPILL_BYTES:
             self._swap = self._swap or _Crossing(s.t, depth, mine)
             self._swap.amount = max(self._swap.amount, mine)
         elif mine is None and system > th.SWAP_SPILL_BYTES:  # whose pages is unknown: count them
@@ -131,7 +146,11 @@ class RunWatch:
     def evidence(self) -> list[CliffEvidence]:
         out = []
         if self._swap is not None:
-            out.append(_red(1, "swap", self._swap, "of the model's memory paged out to swap"))
+            out.append(_red(1, "swap", self._swap, "of the model's memory in swap, read back as it generates"))
+        elif self._parked is not None:
+            c = self._parked
+            out.append(CliffEvidence(1, "info", f"{fmt_bytes(c.amount)} of the model's memory in swap, not read back",
+                                     c.t, c.depth, "swap", c.amount))
         for index, crossing in sorted(self._shared.items()):
             out.append(_red(1, f"GPU{index} shared VRAM", crossing, "of GPU memory moved into system RAM"))
         if self._ram is not None:

@@ -5,6 +5,9 @@ from cliff_tui.units import MiB
 # Sign 1: shared VRAM (or swap, on a CPU-only run) above its baseline by more than this is a spill.
 SHARED_SPILL_BYTES = 64 * MiB
 SWAP_SPILL_BYTES = 64 * MiB
+# ... and only a cliff while the model reads its pages back: this many major faults a second of
+# generating (4 KiB each). Pages put in swap as the cache was created and left there cost nothing.
+SWAP_IN_FAULTS_PER_S = 256.0
 
 # Sign 2: system RAM "rising" over a sliding window.
 RAM_TREND_WINDOW_S = 20.0

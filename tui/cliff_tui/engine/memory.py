@@ -50,7 +50,9 @@ class MemoryTracker:
 
     def observe(self, sample: Sample) -> None:
         with self._lock:
-            self.watch.observe(sample, self.depth)
+            # loading reads the weights from disk (major faults too): only once the run decodes at
+            # depth do faults mean the model reads its memory back from swap
+            self.watch.observe(sample, self.depth, generating=self.baseline is not None)
             if self.baseline is None:
                 return
             self._ram_peak = max(self._ram_peak, sample.ram.used_bytes)

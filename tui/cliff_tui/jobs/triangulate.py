@@ -66,8 +66,13 @@ def fit_depths(profile: PrefillProfile, budget_s: float, n_gen: int, shape: Sequ
 
 
 def _scaled(ratios: Sequence[float], deepest: int) -> list[int]:
+    """The shape at ``deepest``, on a grid of DEPTH_STEP, every depth distinct (three points, so the
+    third can check the line through the other two)."""
     deepest = max(MIN_DEEPEST, deepest // 1024 * 1024)
-    out = sorted({max(DEPTH_STEP, int(deepest * r) // DEPTH_STEP * DEPTH_STEP) for r in ratios})
+    out: list[int] = []
+    for r in sorted(ratios):
+        depth = max(DEPTH_STEP, int(deepest * r) // DEPTH_STEP * DEPTH_STEP)
+        out.append(max(depth, out[-1] + DEPTH_STEP) if out else depth)
     return out
 
 

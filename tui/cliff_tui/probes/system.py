@@ -100,7 +100,8 @@ class ProcessProbe:
             return self._missing(f"not allowed to read PID {self.pid} (try as its owner or root)")
         return ProcessReading(pid=self.pid, name=name, rss_bytes=rss,
                               children_rss_bytes=children_rss, n_children=n_children,
-                              swap_bytes=read_vm_swap(self.pid), cpu_s=cpu.user + cpu.system + _cpu_s(children))
+                              swap_bytes=read_vm_swap(self.pid), cpu_s=cpu.user + cpu.system + _cpu_s(children),
+                              major_faults=read_major_faults(self.pid))
 
     def children_pids(self) -> list[int]:
         if self._process is None:
@@ -133,6 +134,18 @@ def read_vm_swap(pid: int, proc: str = "/proc") -> int | None:
     if at < 0:
         return None
     return int(data[at + 7:data.index(b"\n", at)].split()[0]) * 1024
+
+
+def read_major_faults(pid: int, proc: str = "/proc") -> int | None:
+    """Major page faults of ``pid`` so far (``majflt``, field 12 of /proc/PID/stat): pages it had to
+    read back, from swap or from a file."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    return int(fields[9]) if len(fields) > 9 else None
 
 
 def read_cpu_busy_s() -> float | None:
