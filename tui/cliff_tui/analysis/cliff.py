@@ -197,8 +197,10 @@ def cliff_verdict(evidence: list[CliffEvidence], speed: SpeedVerdict | None) -> 
         depth = first.depth
         if speed is not None and speed.level == "red":
             knee = speed.knee_depth
-            text += f"; decode fell {speed.drop_vs_expected_pct:.0f}% below its depth trend"
-            text += f" from depth {knee:,}" if knee is not None else " after it"
+            if knee is not None:
+                text += f"; decode fell {speed.drop_vs_expected_pct:.0f}% below its depth trend from depth {knee:,}"
+            else:
+                text += "; decode slowed faster than linear in depth with it"
             # a cache paged out as it was created bites where the cells in use no longer fit
             depth = knee if knee is not None and (depth is None or knee > depth) else depth
         return CliffVerdict("red", text, first.tier, depth, tuple(items))

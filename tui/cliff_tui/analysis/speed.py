@@ -169,7 +169,7 @@ def classify_speed(
     vs_expected = _drop_pct(expected, depth_tok_s)
     knee = trend.knee
     if vs_expected is None or vs_expected < trend.band_pct or knee is None:
-        return _on_trend(raw_drop, expected, vs_expected, depth_tok_s, trend, kv_on_gpu)
+        return _on_trend(raw_drop, expected, vs_expected, depth_tok_s, trend, kv_on_gpu, memory_sign)
     where = f"{vs_expected:.0f}% below its depth trend from depth {knee:,}"
     if memory_sign is not None:
         bus = " / PCIe" if kv_on_gpu else ""
@@ -184,11 +184,15 @@ def classify_speed(
 
 
 def _on_trend(raw_drop: float | None, expected: float, vs_expected: float | None, measured: float,
-              trend: DepthTrend, kv_on_gpu: bool | None) -> SpeedVerdict:
+              trend: DepthTrend, kv_on_gpu: bool | None, memory_sign: str | None = None) -> SpeedVerdict:
     text = f"on its depth trend: {expected:.1f} tok/s predicted, {measured:.1f} measured"
     if vs_expected is not None and vs_expected >= th.SPEED_AMBER_PCT:
         text += f" (within this run's noise, ±{trend.band_pct:.0f}%)"
     if trend.slope_growth is not None and trend.slope_growth >= th.BEND_SLOPE_GROWTH:
+        if memory_sign is not None:  # the bend is the memory sign's doing, not a cache level's
+            text = (f"cliff: decode slowed ×{trend.slope_growth:.1f} faster than linear in depth, with {memory_sign}"
+                    f" — the bottleneck moved to memory bandwidth{' / PCIe' if kv_on_gpu else ''}")
+            return SpeedVerdict("red", text, raw_drop, expected, vs_expected, None, memory_sign)
         text += (f"; decode slowed faster than linear in depth (×{trend.slope_growth:.1f} per token deeper): "
                  f"{_slower_why(kv_on_gpu)}")
         return SpeedVerdict("info", text, raw_drop, expected, vs_expected)
