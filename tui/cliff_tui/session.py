@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from cliff_tui.bus import EventBus
 from cliff_tui.engine.priority import lower_other_threads
@@ -86,6 +87,14 @@ class Session:
     def _feed_locked(self, event: Any) -> None:
         with self._lock:
             self.feed(event)
+
+    @contextmanager
+    def reading(self) -> Iterator[Pipeline]:
+        """The pipeline held still for a reader on a thread of its own (an exporter's scrape):
+        direct feeding waits on the same lock; in queued mode what was queued is fed first."""
+        with self._lock:
+            self.drain()
+            yield self.pipeline
 
     # --- lifecycle ------------------------------------------------------------------------
 
