@@ -12,6 +12,7 @@ under a lock).
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import deque
@@ -203,3 +204,24 @@ class Session:
 
 def _ignore_pid(pid: int | None) -> None:
     """No sampler to tell which worker process to follow."""
+
+
+@contextmanager
+def stop_on_signals(cancel: threading.Event) -> Iterator[None]:
+    """SIGINT/SIGTERM set ``cancel`` (the job stops at its next check) instead of killing us
+    mid-write; a second SIGINT raises KeyboardInterrupt as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        if cancel.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        cancel.set()
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)

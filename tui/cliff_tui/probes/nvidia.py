@@ -26,6 +26,7 @@ _CLOCK_EVENT_BITS = {
     0x0000000000000080: "power brake",
     0x0000000000000100: "display clocks",
 }
+CLOCK_EVENT_REASONS = tuple(_CLOCK_EVENT_BITS.values())
 
 
 def _import_pynvml() -> ModuleType:
