@@ -46,9 +46,9 @@ class Exporter:
         """Listen, sample (and run the attach job) until SIGINT/SIGTERM."""
         bound = self.listen(bind)
         try:
-            print(f"cliff-tui exporter: serving http://{bound}/metrics", file=stderr, flush=True)
             if not bound.loopback:
                 print(wide_bind_warning(bound, "the exporter"), file=stderr, flush=True)
+            print(f"cliff-tui exporter: serving http://{bound}/metrics", file=stderr, flush=True)
             with stop_on_signals(self.session.cancel), self.session:
                 if self.session.job is not None:
                     threading.Thread(target=self._run_job, args=(stderr,), name="cliff-job", daemon=True).start()
