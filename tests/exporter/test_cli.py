@@ -7,6 +7,9 @@ import subprocess
 import sys
 import time
 
+import pytest
+
+from cliff_tui.listen import EXPORTER_PORT, parse_bind
 from exporter.running import clean_env, exporter, stop
 from exporter.scrape import scrape_url, value
 from fakes.http_server import closed_port
@@ -84,3 +87,31 @@ def test_a_wider_bind_prints_one_warning_line():
         port = url.rsplit(":", 1)[1]
         _, series = scrape_url(f"http://127.0.0.1:{port}/metrics")
         assert value(series, "cliff_verdict_level") is not None
+
+
+@pytest.mark.parametrize("text, host, port, loopback", [
+    ("127.0.0.1:9464", "127.0.0.1", 9464, True),
+    ("[::1]:9464", "::1", 9464, True),
+    ("localhost", "localhost", EXPORTER_PORT, True),
+    ("9464", "127.0.0.1", 9464, True),
+    (":9464", "0.0.0.0", 9464, False),
+    ("10.0.0.5:0", "10.0.0.5", 0, False),
+    ("gpu-box-1:10450", "gpu-box-1", 10450, False),
+])
+def test_bind_addresses(text, host, port, loopback):
+    bind = parse_bind(text)
+    assert (bind.host, bind.port, bind.loopback) == (host, port, loopback)
+
+
+def test_the_followed_process_is_exported():
+    import os
+
+    from cliff_tui.exporter.server import Exporter
+    from cliff_tui.probes.sampler import Sampler
+    from cliff_tui.session import Session
+    from exporter.scrape import scrape_registry
+
+    session = Session(queued=False)
+    session.feed(Sampler(pid=os.getpid()).sample())
+    _, series = scrape_registry(Exporter(session, ram_limit=lambda: None).registry)
+    assert value(series, "cliff_process_resident_bytes", pid=str(os.getpid())) > 10 * 2**20
