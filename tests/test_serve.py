@@ -27,7 +27,7 @@ import browser  # noqa: E402 - scripts/browser.py
 
 
 def serve(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cliff_tui", "serve", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "cliff_tui", "serve", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=clean_env())
 
 
