@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import queue
 import re
-import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -20,26 +21,36 @@ def clean_env() -> dict[str, str]:
 
 
 def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cliff_tui", "exporter", *args], stdout=subprocess.PIPE,
+    """The exporter, its stderr lines handed to ``proc.lines`` by a reader thread (a select() on the
+    pipe would miss a line already sitting in Python's buffer)."""
+    proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "exporter", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=clean_env())
+    proc.lines = queue.Queue()  # type: ignore[attr-defined]
+    threading.Thread(target=_read_lines, args=(proc,), daemon=True).start()
+    return proc
+
+
+def _read_lines(proc: subprocess.Popen) -> None:
+    for line in proc.stderr:
+        proc.lines.put(line.rstrip("\n"))  # type: ignore[attr-defined]
+    proc.lines.put(None)  # type: ignore[attr-defined]
 
 
 def wait_serving(proc: subprocess.Popen, limit: float = 60) -> tuple[str, list[str]]:
     """The base URL it printed, and every stderr line up to and including that one."""
     lines: list[str] = []
     deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], 0.2)
-        if ready:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line.rstrip("\n"))
-            match = SERVING.search(line)
-            if match:
-                return match.group(1), lines
-        elif proc.poll() is not None:
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = proc.lines.get(timeout=left)  # type: ignore[attr-defined]
+        except queue.Empty:
             break
+        if line is None:
+            break
+        lines.append(line)
+        match = SERVING.search(line)
+        if match:
+            return match.group(1), lines
     raise AssertionError(f"the exporter did not start (rc {proc.poll()}): {lines}")
 
 
