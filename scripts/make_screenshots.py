@@ -1,10 +1,21 @@
 """Render screenshots/*.svg from deterministic data: the demo sessions and a recorded real
-triangulation of SmolLM2 on this project's CPU machine. Run: python scripts/make_screenshots.py"""
+triangulation of SmolLM2 on this project's CPU machine; and screenshots/serve-browser.png, that
+recording replayed through ``cliff-tui serve`` in headless Chromium (skipped where Chromium is
+absent). Run: python scripts/make_screenshots.py"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
+
+import browser
 
 from cliff_tui.recording import demo
 from cliff_tui.recording.reader import open_recording
@@ -31,6 +42,40 @@ async def main() -> None:
     await shoot(CliffApp("run", Session(preload=demo.gpu_cliff_run())), "run-gpu-cliff-demo.svg", (120, 40))
     await shoot(CliffApp("replay", Session(recording=open_recording(TRIANGULATION))), "triangulate-smollm2.svg",
                 (170, 50), keys=("space", "end"))
+    await shoot_browser("serve-browser.png")
+
+
+async def shoot_browser(name: str) -> None:
+    """The recorded triangulation replayed at 16× in a browser tab, once it has played to its end."""
+    if browser.find_chromium() is None:
+        print(f"skipped screenshots/{name}: no chromium (apt-get install chromium)")
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "cliff_tui", "serve", "--bind", f"127.0.0.1:{port}", "--",
+               "replay", "--speed", "16", str(TRIANGULATION.relative_to(ROOT))]
+    env = {k: v for k, v in os.environ.items() if k.lower() != "http_proxy"}
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_page(f"http://127.0.0.1:{port}/")
+        await browser.screenshot(f"http://127.0.0.1:{port}/", OUT / name, size=(1360, 820), settle_s=8.0)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
+    print(f"wrote screenshots/{name}")
+
+
+def _wait_page(url: str, limit: float = 60) -> None:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            with opener.open(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.25)
+    raise TimeoutError(f"cliff-tui serve did not answer at {url}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ def inside(box, *args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def test_watch_once_inside_a_cgroup_reports_its_limit_as_the_ram_tier(memory_sandbox):
+def test_watch_once_inside_a_cgroup_reports_its_limit_as_the_ram_tier(memory_sandbox):  # noqa: F811
     box = memory_sandbox(LIMIT, swap_bytes=256 * MiB)
     proc = inside(box, "watch", "--once", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -30,7 +30,7 @@ def test_watch_once_inside_a_cgroup_reports_its_limit_as_the_ram_tier(memory_san
     assert record["ram"]["total_bytes"] > LIMIT  # the host's RAM, which btop and nvitop would show
 
 
-def test_fit_inside_a_cgroup_sizes_the_tier_by_its_limit(memory_sandbox):
+def test_fit_inside_a_cgroup_sizes_the_tier_by_its_limit(memory_sandbox):  # noqa: F811
     box = memory_sandbox(LIMIT, swap_bytes=256 * MiB)
     proc = inside(box, "fit", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -32,6 +32,8 @@ REQUIRED = {
     "cliff_tui.probes.shared_vram", "cliff_tui.probes.sampler",
     "cliff_tui.recording.writer", "cliff_tui.recording.reader",
     "cliff_tui.engine.gguf_meta", "cliff_tui.errors",
+    "cliff_tui.exporter.collector", "cliff_tui.exporter.plans", "cliff_tui.exporter.server", "cliff_tui.serve",
+    "cliff_tui.listen",
 }
 
 _CHECK = r"""

@@ -56,6 +56,7 @@ class FakeGpu:
     the v1 struct has no ``reserved`` and reports ``used = total - free`` (reserved included)."""
 
     name: str | bytes = "NVIDIA GeForce RTX 4070"
+    uuid: str | bytes = "GPU-6f1c2a8e-3b9d-4c1e-9a57-0d2e8b4f7c31"
     total: int = 12 * GiB
     used: int = 3 * GiB
     reserved: int = 300 * MiB
@@ -116,6 +117,7 @@ class FakeNvml:
             "nvmlDeviceGetCount": self._count,
             "nvmlDeviceGetHandleByIndex": self._handle_by_index,
             "nvmlDeviceGetName": lambda h: self._device(h, "nvmlDeviceGetName", lambda g: g.name),
+            "nvmlDeviceGetUUID": lambda h: self._device(h, "nvmlDeviceGetUUID", lambda g: g.uuid),
             "nvmlDeviceGetMemoryInfo": self._memory_info,
             "nvmlDeviceGetUtilizationRates": lambda h: self._device(
                 h, "nvmlDeviceGetUtilizationRates", _utilization),

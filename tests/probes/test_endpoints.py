@@ -36,6 +36,26 @@ def test_prometheus_text_parses_counters_gauges_and_labels():
     assert "bad" not in values and values["nan_metric"] != values["nan_metric"]
 
 
+def test_a_counter_keeps_the_name_the_server_wrote():
+    # prometheus_client's parser would call this sample llamacpp:n_tokens_max_total
+    text = "# HELP llamacpp:n_tokens_max Largest\n# TYPE llamacpp:n_tokens_max counter\nllamacpp:n_tokens_max 1120\n"
+    assert parse_prometheus(text) == {"llamacpp:n_tokens_max": 1120}
+
+
+def test_one_bad_line_hides_none_of_the_good_ones():
+    text = ('llamacpp:a 1\nx{a="1} 2\n\x00\x01\nllamacpp:b{slot="0",q="say \\"hi\\""} 2\n'
+            "# TYPE broken\nllamacpp:c 3 1700000000000\n")
+    assert parse_prometheus(text) == {"llamacpp:a": 1, 'llamacpp:b{slot="0",q="say \\"hi\\""}': 2,
+                                      "llamacpp:c": 3}
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_the_parser_never_raises(text):
+    values = parse_prometheus(text)
+    assert all(isinstance(v, float) for v in values.values())
+
+
 @pytest.mark.parametrize("given, base", [
     ("127.0.0.1:8080", "http://127.0.0.1:8080"),
     ("http://127.0.0.1:8080/", "http://127.0.0.1:8080"),

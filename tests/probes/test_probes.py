@@ -395,7 +395,7 @@ def test_a_gpu_lost_between_reads():
 def test_a_gpu_lost_in_the_middle_of_a_read_is_never_half_a_reading():
     probe, fake = probe_for(FakeGpu())
     probe.read()
-    calls_per_read = fake.device_calls(0) - 1  # minus nvmlDeviceGetName at start
+    calls_per_read = fake.device_calls(0) - 2  # minus nvmlDeviceGetName and nvmlDeviceGetUUID at start
     assert calls_per_read >= 8
     for after in range(calls_per_read):
         probe, fake = probe_for(FakeGpu())
@@ -409,9 +409,31 @@ def test_a_gpu_lost_in_the_middle_of_a_read_is_never_half_a_reading():
 
 
 def test_a_gpu_lost_before_the_first_read():
-    probe, fake = probe_for(FakeGpu(lost_after=1))  # nvmlDeviceGetName at start works, then lost
+    probe, fake = probe_for(FakeGpu(lost_after=1))  # nvmlDeviceGetName at start works, then lost (UUID too)
     r = only(probe)
     assert r.vram_used_bytes is None and "lost" in r.reasons["vram_used_bytes"]
+
+
+def test_the_uuid_is_read_once_and_carried_by_every_reading():
+    probe, fake = probe_for(FakeGpu(uuid=b"GPU-0a1b"), FakeGpu(uuid="GPU-2c3d"))
+    for _ in range(3):
+        gpus, _ = probe.read()
+        assert [g.uuid for g in gpus] == ["GPU-0a1b", "GPU-2c3d"]
+    assert fake.calls["nvmlDeviceGetUUID"] == 2
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                                  pynvml.NVML_ERROR_UNKNOWN])
+def test_a_gpu_without_a_uuid_still_reads(code):
+    r = only(probe_for(FakeGpu(used=2 * GiB, errors={"nvmlDeviceGetUUID": code}))[0])
+    assert r.uuid is None and r.vram_used_bytes == 2 * GiB
+
+
+def test_a_lost_gpu_keeps_its_uuid():
+    probe, fake = probe_for(FakeGpu(uuid="GPU-lost"))
+    probe.read()
+    fake.lose(0)
+    assert only(probe).uuid == "GPU-lost"
 
 
 def test_clock_event_bits_become_words():

@@ -14,10 +14,11 @@ from typing import Sequence
 
 from cliff_tui import __version__
 from cliff_tui.errors import BadInput, CliffError
+from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.report import FORMATS
 from cliff_tui.units import parse_size, parse_tokens
 
-SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit")
+SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit", "exporter", "serve")
 EXIT_BAD_INPUT = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
@@ -149,6 +150,27 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--from", dest="from_file", metavar="FILE",
                      help="a triangulation's -o json output or recording: measured bytes per token")
     fit.add_argument("--json", action="store_true", help="the table as JSON")
+
+    exporter = sub.add_parser("exporter", help="Prometheus metrics: tiers, signs, tok/s, servers, a capacity plan")
+    exporter.add_argument("--bind", default=f"127.0.0.1:{EXPORTER_PORT}", metavar="HOST:PORT",
+                          help=f"where to listen (default 127.0.0.1:{EXPORTER_PORT}: this machine only)")
+    exporter.add_argument("--llama-server", metavar="URL", help="also read this llama-server (run it with --metrics)")
+    exporter.add_argument("--ollama", metavar="URL", help="also read this Ollama")
+    exporter.add_argument("--from", dest="from_file", metavar="FILE",
+                          help="a triangulation's JSON output or recording: export its capacity plan")
+    exporter.add_argument("--pid", type=int, help="also export this process's RSS (and children)")
+    exporter.add_argument("--timeout", type=_positive_float, default=2.0, metavar="S", help="HTTP timeout")
+    exporter.add_argument("-i", "--interval", type=_positive_float, default=0.5, metavar="S",
+                          help="seconds between samples (default 0.5)")
+
+    serve = sub.add_parser("serve", help="the dashboard in a web browser (textual-serve)",
+                           usage="cliff-tui serve [--bind HOST:PORT] [-- COMMAND [ARGS…]]")
+    serve.add_argument("--bind", default=f"127.0.0.1:{SERVE_PORT}", metavar="HOST:PORT",
+                       help=f"where to listen (default 127.0.0.1:{SERVE_PORT}: this machine only)")
+    serve.add_argument("--public-url", metavar="URL",
+                       help="the address browsers use to reach it, when that is not http://HOST:PORT")
+    serve.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                       help="the cliff-tui command each browser tab runs (default: watch)")
     return parser
 
 
@@ -176,7 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     handlers = {"watch": cmd_watch, "run": cmd_run, "triangulate": cmd_triangulate, "replay": cmd_replay,
-                "export": cmd_export, "attach": cmd_attach, "fit": cmd_fit}
+                "export": cmd_export, "attach": cmd_attach, "fit": cmd_fit, "exporter": cmd_exporter,
+                "serve": cmd_serve}
     return handlers[args.command](args)
 
 
@@ -282,6 +305,31 @@ def cmd_fit(args: argparse.Namespace) -> int:
     table = advise(model, tier, target=args.ctx_size, reserve=args.reserve, n_seq=args.parallel, measured=measured)
     print(json.dumps(fit_record(table), indent=2) if args.json else format_fit_markdown(table))
     return 0
+
+
+def cmd_exporter(args: argparse.Namespace) -> int:
+    from cliff_tui.exporter.plans import read_plans
+    from cliff_tui.exporter.server import Exporter
+    from cliff_tui.jobs.attach import AttachJob
+    from cliff_tui.listen import parse_bind
+    from cliff_tui.probes.sampler import Sampler
+    from cliff_tui.session import Session
+
+    bind = parse_bind(args.bind, EXPORTER_PORT)
+    plans = read_plans(args.from_file) if args.from_file else []
+    job = None
+    if args.llama_server or args.ollama:
+        job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout)
+    session = Session(sampler=Sampler(pid=args.pid), job=job, interval=args.interval, queued=False)
+    return Exporter(session, plans).run(bind)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from cliff_tui.listen import parse_bind
+    from cliff_tui.serve import serve
+
+    command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    return serve(parse_bind(args.bind, SERVE_PORT), command or ["watch"], args.public_url)
 
 
 # --- plumbing ---------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ class GpuReading:
     pcie_tx_bytes_s: float | None = None
     processes: tuple[GpuProcess, ...] | None = None
     reasons: dict[str, str] = field(default_factory=dict)
+    uuid: str | None = None  # NVML's GPU-… identifier: stable across reboots and index reordering
 
 
 @dataclass(frozen=True)

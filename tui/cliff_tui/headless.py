@@ -7,17 +7,14 @@ TUI, fed directly on the producers' threads.
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 import time
-from contextlib import contextmanager
-from typing import Iterator, TextIO
+from typing import TextIO
 
 from cliff_tui.events import Alert, Notice, RunFailed, RunProgress, Sample
 from cliff_tui.jobs import Outcome
 from cliff_tui.report import sample_record
-from cliff_tui.session import Session
+from cliff_tui.session import Session, stop_on_signals
 from cliff_tui.units import fmt_bytes, fmt_duration
 
 
@@ -77,24 +74,3 @@ def watch_line(s: Sample) -> str:
     if s.process is not None:
         parts.append(f"PID {s.process.pid} RSS {fmt_bytes(s.process.total_rss_bytes)}")
     return "  ".join(parts)
-
-
-@contextmanager
-def stop_on_signals(cancel: threading.Event) -> Iterator[None]:
-    """SIGINT/SIGTERM set ``cancel`` (the job stops at its next check) instead of killing us
-    mid-write; a second SIGINT raises KeyboardInterrupt as usual."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: object) -> None:
-        if cancel.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        cancel.set()
-
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)

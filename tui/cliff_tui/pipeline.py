@@ -101,6 +101,8 @@ class Pipeline:
         self.session: SessionReading | None = None  # the one whose tok/s is shown (llama-server first)
         self.session_rates: SessionRates | None = None
         self.sessions: dict[tuple[str, str], SessionReading] = {}
+        self.server_rates: dict[tuple[str, str], SessionRates] = {}  # every attached server's, by (source, url)
+        self.last_window: DecodeWindow | None = None  # the newest decode window, of a run or a server
         self._session_meters: dict[tuple[str, str], SessionRateMeter] = {}
         self._session_points: deque[DecodePoint] = deque(maxlen=2000)
         self._baselines = SpillBaselines()
@@ -160,6 +162,7 @@ class Pipeline:
             self.runs[e.run_id].progress = e
 
     def _on_window(self, e: DecodeWindow) -> None:
+        self.last_window = e
         if e.run_id in self.runs:
             self.runs[e.run_id].windows.append(e)
         elif e.run_id == ATTACH_RUN_ID and e.tok_s > 0:
@@ -188,7 +191,7 @@ class Pipeline:
         """Kept for the screen; the server's decode rate arrives as DecodeWindows of its own."""
         key = (e.source, e.url)
         self.sessions[key] = e
-        rates = self._session_meters.setdefault(key, SessionRateMeter()).update(e)
+        rates = self.server_rates[key] = self._session_meters.setdefault(key, SessionRateMeter()).update(e)
         if e.source == "ollama" and any(source != "ollama" for source, _ in self.sessions):
             return  # llama-server's reading carries the rates; Ollama's models stay in `sessions`
         self.session = e
@@ -270,6 +273,14 @@ class Pipeline:
 
     def live_tok_s(self) -> float | None:
         return self.history.get("tok_s").last
+
+    def shared_above_baseline(self) -> dict[int, int]:
+        """Sign 1's measure: each GPU's shared VRAM now, minus its baseline."""
+        return self._baselines.shared_deltas(self.latest) if self.latest is not None else {}
+
+    def swap_above_baseline(self) -> int | None:
+        """Sign 1's measure on a machine with no GPU."""
+        return self._baselines.swap_delta(self.latest) if self.latest is not None else None
 
     def set_target(self, target: int) -> None:
         self.target = target

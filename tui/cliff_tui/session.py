@@ -12,10 +12,12 @@ under a lock).
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from cliff_tui.bus import EventBus
 from cliff_tui.engine.priority import lower_other_threads
@@ -86,6 +88,14 @@ class Session:
     def _feed_locked(self, event: Any) -> None:
         with self._lock:
             self.feed(event)
+
+    @contextmanager
+    def reading(self) -> Iterator[Pipeline]:
+        """The pipeline held still for a reader on a thread of its own (an exporter's scrape):
+        direct feeding waits on the same lock; in queued mode what was queued is fed first."""
+        with self._lock:
+            self.drain()
+            yield self.pipeline
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -194,3 +204,24 @@ class Session:
 
 def _ignore_pid(pid: int | None) -> None:
     """No sampler to tell which worker process to follow."""
+
+
+@contextmanager
+def stop_on_signals(cancel: threading.Event) -> Iterator[None]:
+    """SIGINT/SIGTERM set ``cancel`` (the job stops at its next check) instead of killing us
+    mid-write; a second SIGINT raises KeyboardInterrupt as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        if cancel.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        cancel.set()
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)

@@ -82,12 +82,20 @@ class SpillBaselines:
             if g.shared_used_bytes is not None and g.index not in self.shared:
                 self.shared[g.index] = g.shared_used_bytes
 
+    def shared_deltas(self, sample: Sample) -> dict[int, int]:
+        """Shared VRAM above its baseline, per GPU that reports it."""
+        return {g.index: g.shared_used_bytes - self.shared.get(g.index, g.shared_used_bytes)
+                for g in sample.gpus if g.shared_used_bytes is not None}
+
+    def swap_delta(self, sample: Sample) -> int:
+        return sample.swap.used_bytes - (self.swap if self.swap is not None else sample.swap.used_bytes)
+
 
 def sign1(sample: Sample, base: SpillBaselines) -> SignState:
     if not sample.gpus:
         return _swap_sign(sample, base)
-    deltas = [(g, g.shared_used_bytes - base.shared.get(g.index, g.shared_used_bytes))
-              for g in sample.gpus if g.shared_used_bytes is not None]
+    by_index = base.shared_deltas(sample)
+    deltas = [(g, by_index[g.index]) for g in sample.gpus if g.index in by_index]
     if not deltas:
         reason = next((g.reasons.get("shared_used_bytes") for g in sample.gpus
                        if g.reasons.get("shared_used_bytes")), "not reported on this platform")
@@ -103,7 +111,7 @@ def _swap_sign(sample: Sample, base: SpillBaselines) -> SignState:
     if sample.swap.total_bytes == 0:
         return SignState(1, "na", "no GPU, no swap",
                          "CPU-only with no swap: the cliff here is an out-of-memory kill, watch RAM available")
-    delta = sample.swap.used_bytes - (base.swap if base.swap is not None else sample.swap.used_bytes)
+    delta = base.swap_delta(sample)
     if delta > th.SWAP_SPILL_BYTES:
         return SignState(1, "red", f"swap +{fmt_bytes(delta)}",
                          "memory is being paged out to swap: the CPU-only cliff")

@@ -26,6 +26,7 @@ _CLOCK_EVENT_BITS = {
     0x0000000000000080: "power brake",
     0x0000000000000100: "display clocks",
 }
+CLOCK_EVENT_REASONS = tuple(_CLOCK_EVENT_BITS.values())
 
 
 def _import_pynvml() -> ModuleType:
@@ -42,6 +43,7 @@ class NvidiaProbe:
         self.reason: str | None = None
         self._handles: list[Any] = []
         self._names: list[str] = []
+        self._uuids: list[str | None] = []
         self._unsupported: dict[tuple[int, str], str] = {}
         self._lost: dict[int, str] = {}
         self._process_fn: Callable | None = None
@@ -68,7 +70,7 @@ class NvidiaProbe:
                 self._open_gpu(i)
         except nvml.NVMLError as exc:
             self.reason = _init_reason(nvml, exc)
-            self._handles, self._names = [], []
+            self._handles, self._names, self._uuids = [], [], []
             return
         if not self._handles:
             self.reason = "the NVIDIA driver is loaded but reports no GPU"
@@ -85,6 +87,16 @@ class NvidiaProbe:
             self._lost[i] = LOST_REASON
         self._handles.append(handle)
         self._names.append(name)
+        self._uuids.append(None if handle is None else self._uuid(handle))
+
+    def _uuid(self, handle: Any) -> str | None:
+        """Read once: it never changes. A GPU that cannot say has none (the read that follows
+        finds out whether it is lost)."""
+        nvml = self._nvml
+        try:
+            return _text(nvml.nvmlDeviceGetUUID(handle))
+        except nvml.NVMLError:
+            return None
 
     def close(self) -> None:
         if self._initialised and self._nvml is not None:
@@ -105,7 +117,7 @@ class NvidiaProbe:
 
     def _read_gpu(self, index: int) -> GpuReading:
         if index in self._lost:
-            return _lost_reading(index, self._names[index], self._lost[index])
+            return _lost_reading(index, self._names[index], self._lost[index], self._uuids[index])
         nvml = self._nvml
         handle = self._handles[index]
         reasons: dict[str, str] = {}
@@ -123,7 +135,7 @@ class NvidiaProbe:
             processes = self._field(index, "processes", reasons, lambda: self._processes(handle))
         except _GpuLost as lost:
             self._lost[index] = lost.reason
-            return _lost_reading(index, self._names[index], lost.reason)
+            return _lost_reading(index, self._names[index], lost.reason, self._uuids[index])
         return GpuReading(
             index=index, name=self._names[index], vendor="nvidia",
             vram_used_bytes=used, vram_total_bytes=total, vram_reserved_bytes=reserved,
@@ -131,6 +143,7 @@ class NvidiaProbe:
             temperature_c=None if temp is None else float(temp),
             sm_clock_mhz=sm, mem_clock_mhz=mem, throttle_reasons=throttle,
             pcie_rx_bytes_s=rx, pcie_tx_bytes_s=tx, processes=processes, reasons=reasons,
+            uuid=self._uuids[index],
         )
 
     def _memory(self, index: int, handle: Any, reasons: dict[str, str]) -> tuple:
@@ -250,10 +263,10 @@ def _init_reason(nvml: ModuleType, exc: Exception) -> str:
     return f"NVML did not start: {exc}"
 
 
-def _lost_reading(index: int, name: str, reason: str) -> GpuReading:
+def _lost_reading(index: int, name: str, reason: str, uuid: str | None = None) -> GpuReading:
     fields = ("vram_used_bytes", "vram_total_bytes", "shared_used_bytes", "util_pct", "temperature_c")
     return GpuReading(index=index, name=name, vendor="nvidia", vram_used_bytes=None,
-                      vram_total_bytes=None, reasons={f: reason for f in fields})
+                      vram_total_bytes=None, reasons={f: reason for f in fields}, uuid=uuid)
 
 
 def _to_processes(procs: Any) -> tuple[GpuProcess, ...]:

@@ -1,0 +1,73 @@
+"""The exporter scraped by a real Prometheus, asked through its HTTP API; and against a real
+llama-server when the binary exists."""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+
+import pytest
+
+from conftest import DATA
+from exporter.dashboard import load, queries, substituted
+from exporter.prometheus import binary, scraping
+from exporter.running import exporter
+from jobs.test_attach import post_json, real_llama_server  # noqa: F401 - the fixture, shared
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    binary()
+    args = ("--bind", "127.0.0.1:0", "-i", "0.25", "--from", str(DATA / "smollm2_triangulation.jsonl"))
+    with exporter(*args) as (url, _, _):
+        with scraping(urllib.parse.urlsplit(url).netloc, tmp_path_factory.mktemp("prometheus")) as prom:
+            yield prom
+
+
+def test_prometheus_scrapes_the_ram_tier_and_the_signs(prometheus):
+    ram = prometheus.wait_for('cliff_memory_used_bytes{tier="ram"}')
+    assert len(ram) == 1 and float(ram[0]["value"][1]) > 0
+    assert ram[0]["metric"]["job"] == "cliff-tui" and ram[0]["metric"]["instance"]
+    capacity = prometheus.wait_for('cliff_memory_capacity_bytes{tier="ram"}')
+    assert float(capacity[0]["value"][1]) >= float(ram[0]["value"][1])
+    signs = prometheus.wait_for("cliff_sign_level")
+    assert {s["metric"]["sign"] for s in signs} == {"1", "2", "3"}
+    assert all(0 <= float(s["value"][1]) <= 3 for s in signs)
+    up = prometheus.wait_for('up{job="cliff-tui"}')
+    assert float(up[0]["value"][1]) == 1
+
+
+def test_the_capacity_plan_reaches_prometheus(prometheus):
+    largest = prometheus.wait_for('cliff_max_context_tokens{model="SmolLM2-135M-Instruct.Q4_1.gguf"}')
+    assert float(largest[0]["value"][1]) > 8192 and largest[0]["metric"]["kv_type"] == "f16"
+
+
+def test_prometheus_accepts_every_dashboard_query(prometheus):
+    prometheus.wait_for("cliff_verdict_level")
+    for expr in queries(load()):
+        status, body = prometheus.query(substituted(expr))
+        assert status == 200 and body.get("status") == "success", f"{expr!r}: {body.get('error')}"
+    ram = prometheus.query(substituted('cliff_memory_used_bytes{tier="ram",instance=~"$instance"}'))[1]
+    assert ram["data"]["result"], "the dashboard's instance filter selects nothing"
+
+
+@pytest.mark.model
+def test_a_real_llama_servers_tok_s_reaches_prometheus(real_llama_server, tmp_path):  # noqa: F811
+    url = real_llama_server
+    with exporter("--bind", "127.0.0.1:0", "-i", "0.25", "--llama-server", url) as (exporter_url, _, _):
+        with scraping(urllib.parse.urlsplit(exporter_url).netloc, tmp_path) as prom:
+            up = prom.wait_for(f'cliff_up{{server="{url}"}}')
+            assert float(up[0]["value"][1]) == 1
+            slots = prom.wait_for(f'cliff_server_slot_context_tokens{{server="{url}"}}')
+            assert float(slots[0]["value"][1]) == 2048
+            request = threading.Thread(target=post_json, args=(url + "/completion", {
+                "prompt": "Once upon a time", "n_predict": 48, "temperature": 0}), daemon=True)
+            request.start()
+            request.join(120)
+            rate = prom.wait_for(f'cliff_server_decode_tokens_per_second{{server="{url}"}}')
+            assert float(rate[0]["value"][1]) > 0
+            live = prom.wait_for('cliff_decode_tokens_per_second{source="attach"}')
+            print(f"\nreal llama-server through Prometheus: server {float(rate[0]['value'][1]):.1f} tok/s, "
+                  f"live {float(live[0]['value'][1]):.1f} tok/s")
+            used = prom.wait_for(f'cliff_server_slot_used_tokens{{server="{url}"}}')
+            assert float(used[0]["value"][1]) > 0

@@ -1,0 +1,295 @@
+"""The session's pipeline as Prometheus metric families, read at scrape time.
+
+Every number is one the dashboard shows: the collector reads ``session.pipeline`` (held still by
+``session.reading()``) and formats nothing of its own. Names carry the ``cliff_`` prefix and base
+units (bytes, seconds, ratios as 0–1), and no colons (Prometheus keeps those for recording rules).
+Every family is yielded on every scrape, with no sample where the value is unknown here (no GPU,
+no server), so a dashboard's queries name series that exist on every host.
+
+Labels: ``tier`` (vram, shared, ram, swap), ``gpu`` (the index, "" for host tiers), ``uuid``
+(NVML's GPU UUID where known, else ""), ``sign`` and ``name`` for the three signs, ``server``
+(an attached server's base URL, credentials removed) and ``kind``, ``slot``; a capacity plan's
+``model`` (file name only) and ``kv_type``.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Callable, Iterable, Iterator, Sequence
+
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cliff_tui import __version__
+from cliff_tui.analysis.signs import SignState
+from cliff_tui.events import ATTACH_RUN_ID, GpuReading, Sample, SessionReading
+from cliff_tui.exporter.plans import CapacityPlan
+from cliff_tui.jobs.attach import healthy
+from cliff_tui.pipeline import Pipeline
+from cliff_tui.probes.nvidia import CLOCK_EVENT_REASONS
+from cliff_tui.session import Session
+
+# The pipeline's sign words as a number a panel or an alert can compare: 0 fine … 3 cliff.
+# "na" (the sign cannot be read here) is 0 too; cliff_sign_applicable tells it apart from "ok".
+SIGN_LEVELS = {"na": 0, "ok": 0, "info": 1, "amber": 2, "red": 3}
+SIGN_NAMES = {1: "spill", 2: "ram", 3: "speed"}
+
+RamLimit = Callable[[], "tuple[int, int | None] | None"]
+
+
+def cgroup_ram_limit() -> tuple[int, int | None] | None:
+    """The memory limit of this process's cgroup and the usage it counts, where one applies.
+
+    Hook: ``cliff_tui.probes.cgroup`` (the v1/v2 cgroup reader) is written on a branch of its own;
+    until it is merged this finds no module and every host reports its whole RAM."""
+    try:
+        from cliff_tui.probes.cgroup import read_cgroup_memory  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    memory = read_cgroup_memory()
+    if memory.limit_bytes is None:
+        return None
+    return memory.limit_bytes, memory.usage_bytes
+
+
+def verdict_level(signs: dict[int, SignState]) -> int:
+    """The cliff verdict: today the worst sign's level (a dedicated verdict can replace this)."""
+    return max((SIGN_LEVELS.get(s.level, 0) for s in signs.values()), default=0)
+
+
+class CliffCollector(Collector):
+    def __init__(self, session: Session, plans: Sequence[CapacityPlan] = (),
+                 ram_limit: RamLimit = cgroup_ram_limit) -> None:
+        self.session = session
+        self.plans = list(plans)
+        self.ram_limit = ram_limit
+
+    def collect(self) -> Iterator[Metric]:
+        limit = self.ram_limit()
+        with self.session.reading() as pipeline:
+            families = [*_memory(pipeline.latest, limit), *_spill(pipeline), *_gpus(pipeline.latest),
+                        *_signs(pipeline), *_decode(pipeline), *_process(pipeline.latest),
+                        *_servers(pipeline)]
+        yield from families
+        yield from _plans(self.plans)
+        yield _info()
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def _gpu_labels(g: GpuReading) -> list[str]:
+    return [str(g.index), g.uuid or ""]
+
+
+# --- memory tiers ---------------------------------------------------------------------------------
+
+
+def _memory(s: Sample | None, limit: tuple[int, int | None] | None) -> list[Metric]:
+    labels = ("tier", "gpu", "uuid")
+    used = _gauge("cliff_memory_used_bytes", "Memory in use on each tier (RAM: total minus available, "
+                  "or the cgroup's usage where a cgroup limit applies)", labels)
+    capacity = _gauge("cliff_memory_capacity_bytes", "Size of each tier (RAM: the cgroup memory limit "
+                      "where one applies)", labels)
+    cgroup = _gauge("cliff_ram_cgroup_limit_bytes", "The memory limit of the exporter's cgroup, where one "
+                    "is below the host's RAM")
+    if s is not None:
+        for g in s.gpus:
+            _add(used, ["vram", *_gpu_labels(g)], g.vram_used_bytes)
+            _add(capacity, ["vram", *_gpu_labels(g)], g.vram_total_bytes)
+            _add(used, ["shared", *_gpu_labels(g)], g.shared_used_bytes)
+            _add(capacity, ["shared", *_gpu_labels(g)], g.shared_total_bytes)
+        ram_used, ram_total = s.ram.used_bytes, s.ram.total_bytes
+        if limit is not None and limit[0] < ram_total:
+            ram_total = limit[0]
+            ram_used = limit[1] if limit[1] is not None else ram_used
+            cgroup.add_metric([], limit[0])
+        _add(used, ["ram", "", ""], ram_used)
+        _add(capacity, ["ram", "", ""], ram_total)
+        _add(used, ["swap", "", ""], s.swap.used_bytes)
+        _add(capacity, ["swap", "", ""], s.swap.total_bytes)
+    stamp = _gauge("cliff_sample_timestamp_seconds", "Unix time of the newest sample")
+    if s is not None:
+        stamp.add_metric([], s.t)
+    return [used, capacity, cgroup, stamp]
+
+
+def _spill(p: Pipeline) -> list[Metric]:
+    shared = _gauge("cliff_shared_vram_above_baseline_bytes", "Shared VRAM (GPU memory the driver moved "
+                    "into system RAM) above its baseline: sign 1's measure", ("gpu", "uuid"))
+    swap = _gauge("cliff_swap_above_baseline_bytes", "Swap in use above its baseline: sign 1's measure on a "
+                  "machine with no GPU")
+    gpus = {g.index: g for g in p.latest.gpus} if p.latest is not None else {}
+    for index, delta in p.shared_above_baseline().items():
+        shared.add_metric([str(index), gpus[index].uuid or ""], delta)
+    _add(swap, [], p.swap_above_baseline())
+    return [shared, swap]
+
+
+def _gpus(s: Sample | None) -> list[Metric]:
+    labels = ("gpu", "uuid")
+    rx = _gauge("cliff_pcie_rx_bytes_per_second", "PCIe receive throughput (NVML, a 20 ms window)", labels)
+    tx = _gauge("cliff_pcie_tx_bytes_per_second", "PCIe transmit throughput (NVML, a 20 ms window)", labels)
+    clock = _gauge("cliff_gpu_clock_event", "1 while NVML reports this clock event reason (clocks held "
+                   "down: power cap, thermal, …)", (*labels, "reason"))
+    info = InfoMetricFamily("cliff_gpu", "Each GPU's name and vendor", labels=["gpu", "uuid"])
+    for g in s.gpus if s is not None else ():
+        _add(rx, _gpu_labels(g), g.pcie_rx_bytes_s)
+        _add(tx, _gpu_labels(g), g.pcie_tx_bytes_s)
+        if g.throttle_reasons is not None:
+            for reason in CLOCK_EVENT_REASONS:
+                clock.add_metric([*_gpu_labels(g), _slug(reason)], float(reason in g.throttle_reasons))
+        info.add_metric(_gpu_labels(g), {"name": g.name, "vendor": g.vendor})
+    return [rx, tx, clock, info]
+
+
+# --- the signs and the speed ----------------------------------------------------------------------
+
+
+def _signs(p: Pipeline) -> list[Metric]:
+    level = _gauge("cliff_sign_level", "Each sign of the cliff: 0 fine (or not applicable), 1 information, "
+                   "2 warning, 3 cliff", ("sign", "name"))
+    applicable = _gauge("cliff_sign_applicable", "1 where the sign can be read on this host (0: no shared "
+                        "VRAM reported, no token source, …)", ("sign", "name"))
+    for number, state in sorted(p.signs.items()):
+        labels = [str(number), SIGN_NAMES.get(number, str(number))]
+        level.add_metric(labels, SIGN_LEVELS.get(state.level, 0))
+        applicable.add_metric(labels, float(state.level != "na"))
+    verdict = _gauge("cliff_verdict_level", "The cliff verdict, 0 fine … 3 cliff (today: the worst sign)")
+    verdict.add_metric([], verdict_level(p.signs))
+    return [level, applicable, verdict]
+
+
+def _decode(p: Pipeline) -> list[Metric]:
+    w = p.last_window
+    source = [] if w is None else ["attach" if w.run_id == ATTACH_RUN_ID else "run"]
+    rate = _gauge("cliff_decode_tokens_per_second", "Decode speed of the newest window (a run here, or an "
+                  "attached server)", ("source",))
+    expected = _gauge("cliff_decode_expected_tokens_per_second", "The decode speed the depth trend expects "
+                      "at the newest depth (sign 3 compares against it)")
+    tokens = _gauge("cliff_decode_window_tokens", "Tokens in the newest decode window")
+    seconds = _gauge("cliff_decode_window_seconds", "Length of the newest decode window")
+    depth = _gauge("cliff_decode_depth_tokens", "KV cells in use at the newest decode window")
+    stamp = _gauge("cliff_decode_window_timestamp_seconds", "Unix time the newest decode window ended")
+    if w is not None:
+        _add(rate, source, p.live_tok_s())
+        tokens.add_metric([], w.n_tokens)
+        depth.add_metric([], w.depth)
+        stamp.add_metric([], w.t)
+        if w.tok_s > 0:
+            seconds.add_metric([], w.n_tokens / w.tok_s)
+    verdict = p.speed_verdict()
+    _add(expected, [], verdict.expected_tok_s if verdict is not None else None)
+    return [rate, expected, tokens, seconds, depth, stamp]
+
+
+def _process(s: Sample | None) -> list[Metric]:
+    rss = _gauge("cliff_process_resident_bytes", "Resident memory of the followed process (--pid) and its "
+                 "children", ("pid", "process"))
+    proc = s.process if s is not None else None
+    if proc is not None:
+        _add(rss, [str(proc.pid), proc.name or ""], proc.total_rss_bytes)
+    return [rss]
+
+
+# --- attached servers -----------------------------------------------------------------------------
+
+
+def _servers(p: Pipeline) -> list[Metric]:
+    up = _gauge("cliff_up", "1 while the attached server answers as the server it should be, 0 when "
+                "unreachable or not it", ("server", "kind"))
+    decode = _gauge("cliff_server_decode_tokens_per_second", "The server's decode speed over the requests "
+                    "that finished between two readings (its /metrics counters)", ("server",))
+    prompt = _gauge("cliff_server_prompt_tokens_per_second", "The server's prompt processing speed, from "
+                    "its counters", ("server",))
+    running = _gauge("cliff_server_requests_processing", "Requests the server is processing", ("server",))
+    n_ctx = _gauge("cliff_server_slot_context_tokens", "Context size of each slot (n_ctx)", ("server", "slot"))
+    used = _gauge("cliff_server_slot_used_tokens", "Tokens held in each slot's KV cache", ("server", "slot"))
+    model = _gauge("cliff_server_model_bytes", "Where the models an Ollama server has loaded live",
+                   ("server", "model", "tier"))
+    for key, reading in p.sessions.items():
+        server = _server_label(reading.url)
+        up.add_metric([server, reading.source], float(healthy(reading)))
+        rates = p.server_rates.get(key)
+        if rates is not None and reading.source != "ollama":
+            _add(decode, [server], rates.decode_tok_s)
+            _add(prompt, [server], rates.prompt_tok_s)
+        _add(running, [server], reading.requests_processing)
+        _slots(reading, server, n_ctx, used)
+        _models(reading, server, model)
+    return [up, decode, prompt, running, n_ctx, used, model]
+
+
+def _slots(reading: SessionReading, server: str, n_ctx: GaugeMetricFamily, used: GaugeMetricFamily) -> None:
+    for slot in reading.slots:
+        _add(n_ctx, [server, str(slot.id)], slot.n_ctx)
+        _add(used, [server, str(slot.id)], slot.tokens_used)
+
+
+def _models(reading: SessionReading, server: str, family: GaugeMetricFamily) -> None:
+    for m in reading.models:
+        if m.size_bytes is None or m.size_vram_bytes is None:
+            continue
+        family.add_metric([server, m.name, "vram"], m.size_vram_bytes)
+        family.add_metric([server, m.name, "ram"], max(m.size_bytes - m.size_vram_bytes, 0))
+
+
+def _server_label(url: str) -> str:
+    """The base URL without user:password@ (a label is read by everyone who can scrape)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+# --- a capacity plan (--from) ---------------------------------------------------------------------
+
+
+def _plans(plans: Sequence[CapacityPlan]) -> list[Metric]:
+    kv = _gauge("cliff_kv_bytes_per_token", "Memory per token of context, measured by a triangulation "
+                "(allocated: llama.cpp's buffers; touched: resident pages) or from the model's shape "
+                "(theory)", ("model", "kv_type", "basis"))
+    where = ("model", "kv_type", "tier", "gpu")
+    target = _gauge("cliff_projection_target_tokens", "The context the projection is for", where)
+    projected = _gauge("cliff_projection_bytes", "Memory the projection expects at the target context", where)
+    capacity = _gauge("cliff_projection_capacity_bytes", "Size of the tier the KV cache lives on, as the "
+                      "triangulation saw it", where)
+    reserve = _gauge("cliff_projection_reserve_bytes", "Memory kept free on that tier", where)
+    fits = _gauge("cliff_projection_fits", "1 if the target context fits the tier minus the reserve", where)
+    largest = _gauge("cliff_max_context_tokens", "The largest context before the cliff (tier minus reserve, "
+                     "a memory wall or a failed allocation, whichever is lowest)", where)
+    for plan in plans:
+        for basis, value in (("allocated", plan.allocated_bytes_per_token),
+                             ("touched", plan.touched_bytes_per_token), ("theory", plan.theory_bytes_per_token)):
+            _add(kv, [plan.model, plan.kv_type, basis], value)
+        labels = [plan.model, plan.kv_type, plan.tier, plan.gpu]
+        _add(target, labels, plan.target_tokens)
+        _add(projected, labels, plan.projected_bytes)
+        _add(capacity, labels, plan.capacity_bytes)
+        _add(reserve, labels, plan.reserve_bytes)
+        _add(fits, labels, None if plan.fits is None else float(plan.fits))
+        _add(largest, labels, plan.max_context_tokens)
+    return [kv, target, projected, capacity, reserve, fits, largest]
+
+
+def _info() -> Metric:
+    info = InfoMetricFamily("cliff_exporter", "The cliff-tui version serving these metrics")
+    info.add_metric([], {"version": __version__})
+    return info
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _add(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
+    """A sample only where the value is known: an unknown reading is no sample, never a fake 0."""
+    if value is not None:
+        family.add_metric(labels, float(value))
+
+
+def _slug(reason: str) -> str:
+    """``thermal (sw)`` → ``thermal_sw``."""
+    return "_".join("".join(c if c.isalnum() else " " for c in reason).split())
