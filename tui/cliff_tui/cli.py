@@ -15,6 +15,7 @@ from typing import Sequence
 from cliff_tui import __version__
 from cliff_tui.errors import BadInput, CliffError
 from cliff_tui.report import FORMATS
+from cliff_tui.text import inert
 from cliff_tui.units import parse_size, parse_tokens
 
 SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach")
@@ -152,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except CliffError as exc:
-        print(f"cliff-tui: {exc}", file=sys.stderr)
+        print(f"cliff-tui: {inert(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 
 from cliff_tui.errors import BadInput, file_error
 from cliff_tui.events import ModelInfo
+from cliff_tui.text import inert
 
 GGUF_MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -120,6 +121,7 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
 
 
 def model_info_from_metadata(path: str, size: int, meta: dict[str, Any]) -> ModelInfo:
+    meta = {k: inert(v) if isinstance(v, str) else v for k, v in meta.items()}  # a downloaded file's words
     arch = meta.get("general.architecture")
 
     def key(name: str) -> Any:

@@ -74,7 +74,7 @@ class LogScreen(ModalScreen[None]):
         if not lines:
             log.write("(nothing from llama.cpp yet: it logs when a model loads — `cliff-tui run`)")
         for line in lines:
-            log.write(line.text)
+            log.write(Text(line.text))
 
 
 class TargetScreen(ModalScreen[int | None]):
@@ -93,7 +93,7 @@ class TargetScreen(ModalScreen[int | None]):
         try:
             self.dismiss(parse_tokens(event.value))
         except ValueError as exc:
-            self.notify(str(exc), severity="error")
+            self.notify(str(exc), severity="error", markup=False)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
