@@ -58,11 +58,13 @@ class CliffApp(App):
         Binding("end", "seek_to(1)", "End", show=False, tooltip="replay: to the end"),
     ]
 
-    def __init__(self, mode: str = "watch", session: Session | None = None, *, record_text: bool = False) -> None:
+    def __init__(self, mode: str = "watch", session: Session | None = None, *, record_text: bool = False,
+                 redact: bool = False) -> None:
         super().__init__()
         self.mode = mode
         self.session = session or Session()
         self.record_text = record_text
+        self.redact = redact
         self.paused = False
         self.narrow_view = "dash"
         self._drawn: object = None
@@ -288,7 +290,8 @@ class CliffApp(App):
             self._draw()
             return
         try:
-            recorder = Recorder.create(timestamped_name(), command=[self.mode], record_text=self.record_text)
+            recorder = Recorder.create(timestamped_name(), command=[self.mode], record_text=self.record_text,
+                                       redact=self.redact)
         except CliffError as exc:
             self.notify(str(exc), severity="error", markup=False)
             return
