@@ -1,7 +1,8 @@
 """Write tiny random-weight GGUF models with ggml's own ``gguf`` writer.
 
 They only have to load and run in real llama.cpp (seconds, a few MiB): a byte-fallback SPM
-vocabulary and a 2-layer llama. ``sliding_window`` adds the metadata key (the arch stays llama).
+vocabulary and a 2-layer llama. ``sliding_window`` adds the metadata key (the arch stays llama);
+``name`` is its ``general.name``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ SPM_NORMAL, SPM_UNKNOWN, SPM_CONTROL, SPM_BYTE = 1, 2, 3, 6
 
 def write_tiny_llama(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_head: int = 4, n_head_kv: int = 2,
                      n_ff: int = 128, n_ctx_train: int = 4096, seed: int = 0,
-                     sliding_window: int | None = None) -> Path:
+                     sliding_window: int | None = None, name: str = "tiny-test-llama") -> Path:
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -27,7 +28,7 @@ def write_tiny_llama(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_head:
     n_vocab = len(tokens)
 
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("tiny-test-llama")
+    w.add_name(name)
     w.add_block_count(n_layer)
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(n_embd)
