@@ -31,8 +31,11 @@ class _Reader:
     def __init__(self, f: BinaryIO, version: int) -> None:
         self.f = f
         self.len_fmt = "<I" if version == 1 else "<Q"
+        self.size = os.fstat(f.fileno()).st_size
 
     def read(self, n: int) -> bytes:
+        if n > self.size - self.f.tell():  # a corrupt length: do not ask for exabytes
+            raise _Truncated()
         data = self.f.read(n)
         if len(data) != n:
             raise _Truncated()
