@@ -31,7 +31,7 @@ REQUIRED = {
     "cliff_tui.probes.system", "cliff_tui.probes.nvidia", "cliff_tui.probes.amd",
     "cliff_tui.probes.shared_vram", "cliff_tui.probes.sampler",
     "cliff_tui.recording.writer", "cliff_tui.recording.reader",
-    "cliff_tui.engine.gguf_meta", "cliff_tui.errors",
+    "cliff_tui.engine.gguf_meta", "cliff_tui.errors", "cliff_tui.text", "cliff_tui.recording.redact",
 }
 
 _CHECK = r"""
