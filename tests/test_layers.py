@@ -34,6 +34,7 @@ REQUIRED = {
     "cliff_tui.engine.gguf_meta", "cliff_tui.errors",
     "cliff_tui.exporter.collector", "cliff_tui.exporter.plans", "cliff_tui.exporter.server", "cliff_tui.serve",
     "cliff_tui.listen",
+    "cliff_tui.text", "cliff_tui.recording.redact",
 }
 
 _CHECK = r"""

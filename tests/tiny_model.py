@@ -6,7 +6,7 @@ differently: llama (plain attention; ``sliding_window`` adds the key, the arch s
 ``arch="deci"`` for per-layer KV heads), gemma3 (interleaved sliding-window layers), deepseek2
 (MLA: one compressed K row, no V), mamba (a recurrent state per sequence, no per-token cache)
 and jamba (a hybrid of the two). ``f16`` stores the weight matrices as F16 (half the file;
-norms stay F32).
+norms stay F32); ``name`` is the model's ``general.name``.
 """
 
 from __future__ import annotations
@@ -77,10 +77,11 @@ def _per_layer(value: int | Sequence[int], n_layer: int) -> list[int]:
 
 def write_tiny_llama(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_head: int = 4,
                      n_head_kv: int | Sequence[int] = 2, n_ff: int = 128, n_ctx_train: int = 4096, seed: int = 0,
-                     sliding_window: int | None = None, arch: str = "llama", f16: bool = False) -> Path:
+                     sliding_window: int | None = None, arch: str = "llama", f16: bool = False,
+                     name: str | None = None) -> Path:
     """``n_head_kv`` may be one count per layer with ``arch="deci"`` (Nemotron-NAS, the llama
     layout whose loader sizes each layer from its own count)."""
-    m = _Model(path, arch, f"tiny-test-{arch}", seed, f16)
+    m = _Model(path, arch, name or f"tiny-test-{arch}", seed, f16)
     kv_heads = _per_layer(n_head_kv, n_layer)
     head_dim = n_embd // n_head
     m.w.add_block_count(n_layer)

@@ -1,5 +1,6 @@
 """Recordings: every event type round-trips, a killed recorder's file replays, bad files fail
-with one clean line, and the reader survives fuzzing."""
+with one clean line, and the reader survives fuzzing, hostile strings included (they come back
+inert: nothing a terminal would run)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from cliff_tui.events import (
 from cliff_tui.session import Session
 from cliff_tui.recording.reader import open_recording, parse_recording
 from cliff_tui.recording.writer import Recorder
+from cliff_tui.text import LINE_LIMIT, is_inert
+from hostile import HOSTILE, hostile_text
 
 SETTINGS = RunSettings("/m.gguf", 1024, 32, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on", threads=2)
 MODEL = ModelInfo("/m.gguf", "m", 1000, "llama", 30, 9, 3, 64, 64, 8192)
@@ -181,13 +184,36 @@ _json_values = st.recursive(
 )
 
 
+def _strings_of(plain: object, path: tuple = ()) -> list[tuple[tuple, str]]:
+    """Every string in a plain value, with where it sits."""
+    if isinstance(plain, str):
+        return [(path, plain)]
+    if isinstance(plain, dict):
+        return [item for k, v in plain.items() for item in _strings_of(v, (*path, k))]
+    if isinstance(plain, list):
+        return [item for i, v in enumerate(plain) for item in _strings_of(v, (*path, i))]
+    return []
+
+
+def _set(plain: object, path: tuple, value: str) -> None:
+    for key in path[:-1]:
+        plain = plain[key]
+    plain[path[-1]] = value
+
+
+_hostile = st.one_of(hostile_text(), st.sampled_from(HOSTILE), st.just("x" * (LINE_LIMIT + 7)))
+
+
 @st.composite
 def _recording_bytes(draw) -> bytes:
     lines = []
     if draw(st.booleans()):
-        lines.append(json.dumps(_header()).encode())
+        header = _header()
+        header["machine"] = {"hostname": draw(_hostile), "os": draw(_hostile)}
+        header["command"] = [draw(_hostile)]
+        lines.append(json.dumps(header).encode())
     for _ in range(draw(st.integers(0, 6))):
-        kind = draw(st.integers(0, 3))
+        kind = draw(st.integers(0, 5))
         if kind == 0:
             lines.append(draw(st.binary(max_size=40)))
         elif kind == 1:
@@ -198,6 +224,12 @@ def _recording_bytes(draw) -> bytes:
             lines.append(json.dumps(plain).encode())
         elif kind == 2:
             lines.append(json.dumps(draw(_json_values)).encode())
+        elif kind in (3, 4):  # an event whose strings are hostile (a Literal field refuses them: a corrupt line)
+            plain = event_to_plain(draw(st.sampled_from(ALL_EVENTS)))
+            for where, _ in draw(st.lists(st.sampled_from(_strings_of(plain) or [((), "")]), max_size=3)):
+                if where:
+                    _set(plain, where, draw(_hostile))
+            lines.append(json.dumps(plain).encode())
         else:
             lines.append(json.dumps(event_to_plain(draw(st.sampled_from(ALL_EVENTS)))).encode()[: draw(st.integers(0, 60))])
     return b"\n".join(lines)
@@ -211,9 +243,24 @@ def test_fuzzed_recordings_only_ever_give_clean_errors(data):
     except BadInput as exc:
         assert "\n" not in str(exc)
         return
+    assert all(is_inert(s) for _, s in _strings_of(recording.header))
     for event in recording.events:
         assert type(event) in EVENT_TYPES.values()
         assert event_from_plain(event_to_plain(event)) == event
+        for where, text in _strings_of(event_to_plain(event)):
+            multiline = isinstance(event, GeneratedText) and where == ("text",)
+            assert is_inert(text, multiline=multiline), (where, text)
+            assert multiline or len(text) <= LINE_LIMIT
+
+
+def test_a_ten_megabyte_line_is_cut_and_not_held():
+    huge = event_to_plain(Notice(1.0, "n" * 10_000_000))
+    data = (json.dumps(_header()) + "\n" + json.dumps(huge) + "\n" + json.dumps(event_to_plain(SAMPLE)) + "\n").encode()
+    recording = parse_recording(data, lazy=True)
+    assert recording._lines[0] is None  # decoded at once, the raw line let go
+    notice = recording.event(0)
+    assert len(notice.text) == LINE_LIMIT and notice.text.endswith("… [cut from 10,000,000 chars]")
+    assert recording.event(1) == SAMPLE and recording._lines[1] is None
 
 
 def test_a_forward_seek_ends_where_a_seek_from_the_start_does(tmp_path):

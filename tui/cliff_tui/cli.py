@@ -16,6 +16,7 @@ from cliff_tui import __version__
 from cliff_tui.errors import BadInput, CliffError
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.report import FORMATS
+from cliff_tui.text import inert
 from cliff_tui.units import parse_size, parse_tokens
 
 SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit", "exporter", "serve")
@@ -55,6 +56,8 @@ def _add_monitor_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", metavar="FILE", help="record every event to FILE (JSON lines)")
     p.add_argument("--force", action="store_true", help="let --record overwrite an existing file")
     p.add_argument("--record-text", action="store_true", help="also record prompt/generated text")
+    p.add_argument("--redact", action="store_true",
+                   help="record without the hostname, user paths, command-line paths and PIDs (to share it)")
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -125,9 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", help="a recording as csv, json or md tables")
     export.add_argument("file")
-    export.add_argument("-o", "--output", choices=("csv", "json", "md"), default="md")
+    export.add_argument("-o", "--output", choices=("csv", "json", "md", "jsonl"), default="md",
+                        help="md (default), csv, json, or jsonl: the recording itself (with --redact, to share)")
     export.add_argument("--table", choices=("samples", "runs", "alerts"), default="samples",
                         help="which table -o csv prints (default samples)")
+    export.add_argument("--redact", action="store_true",
+                        help="replace the hostname, user paths, command-line paths and PIDs")
 
     attach = sub.add_parser("attach", help="watch a running llama-server / Ollama / process")
     attach.add_argument("--pid", type=int, help="a process to follow (RSS, children, GPU memory)")
@@ -187,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except CliffError as exc:
-        print(f"cliff-tui: {exc}", file=sys.stderr)
+        print(f"cliff-tui: {inert(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -272,7 +278,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from cliff_tui.recording.export import export
 
-    print(export(args.file, args.output, args.table))
+    print(export(args.file, args.output, args.table, redact=args.redact))
     return 0
 
 
@@ -378,7 +384,7 @@ def _session(args: argparse.Namespace, job=None, *, sampler=None, queued: bool =
         from cliff_tui.recording.writer import Recorder
 
         recorder = Recorder.create(args.record, command=sys.argv[1:], force=args.force,
-                                   record_text=args.record_text)
+                                   record_text=args.record_text, redact=args.redact)
     return Session(sampler=sampler or _sampler_for(job), job=job, interval=args.interval, recorder=recorder,
                    queued=queued)
 
@@ -392,6 +398,7 @@ def _run_headless(session) -> str:
 def _tui(args: argparse.Namespace, session) -> int:
     from cliff_tui.ui.app import CliffApp
 
-    app = CliffApp(args.command, session, record_text=getattr(args, "record_text", False))
+    app = CliffApp(args.command, session, record_text=getattr(args, "record_text", False),
+                   redact=getattr(args, "redact", False))
     app.run()
     return app.return_code or 0

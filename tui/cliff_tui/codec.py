@@ -1,7 +1,9 @@
 """Records ↔ plain JSON-able values, with the types checked on the way back in.
 
 Recordings and headless output use this; a recording that does not match the record types
-raises :class:`DecodeError` (one line, no traceback) instead of building half a record.
+raises :class:`DecodeError` (one line, no traceback) instead of building half a record. Every
+string read back is outside text: it comes out inert (:func:`cliff_tui.text.inert`), cut to a
+line's length, except the generated text, which keeps its newlines.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import typing
 from functools import lru_cache
 from typing import Any, Callable, Literal, Union
 
-from cliff_tui.events import EVENT_NAMES, EVENT_TYPES
+from cliff_tui.events import EVENT_NAMES, EVENT_TYPES, GeneratedText
+from cliff_tui.text import TEXT_LIMIT, inert
 
 
 class DecodeError(ValueError):
@@ -125,7 +128,7 @@ def _union_decoder(args: tuple) -> Decoder:
 
 def _dataclass_decoder(cls: type) -> Decoder:
     hints = typing.get_type_hints(cls)
-    fields = [(f.name, _decoder(hints[f.name]),
+    fields = [(f.name, _MULTILINE.get((cls, f.name)) or _decoder(hints[f.name]),
                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
               for f in dataclasses.fields(cls)]
 
@@ -183,7 +186,7 @@ def _dict_decoder(value_type: Any) -> Decoder:
         out = {}
         for k, v in value.items():
             try:
-                out[str(k)] = item(v)
+                out[inert(str(k))] = item(v)
             except _Bad as bad:
                 bad.path.append(str(k))
                 raise
@@ -214,8 +217,15 @@ def _bool(value: Any) -> bool:
 
 def _str(value: Any) -> str:
     if type(value) is str:
-        return value
+        return inert(value)
+    raise _Bad("must be a string")
+
+
+def _text(value: Any) -> str:
+    if type(value) is str:
+        return inert(value, multiline=True, limit=TEXT_LIMIT)
     raise _Bad("must be a string")
 
 
 _SCALARS: dict[Any, Decoder] = {float: _float, int: _int, bool: _bool, str: _str}
+_MULTILINE: dict[tuple[type, str], Decoder] = {(GeneratedText, "text"): _text}

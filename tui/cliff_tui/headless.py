@@ -15,6 +15,7 @@ from cliff_tui.events import Alert, Notice, RunFailed, RunProgress, Sample
 from cliff_tui.jobs import Outcome
 from cliff_tui.report import sample_record
 from cliff_tui.session import Session, stop_on_signals
+from cliff_tui.text import inert
 from cliff_tui.units import fmt_bytes, fmt_duration
 
 
@@ -46,7 +47,7 @@ class Headless:
         elif isinstance(event, (Notice, Alert)):
             print(f"[{getattr(event, 'level', 'info')}] {_text(event)}", file=self.stderr)
         elif isinstance(event, RunFailed) and event.kind == "does_not_fit":
-            print(f"[does not fit] {event.message}", file=self.stderr)
+            print(f"[does not fit] {inert(event.message)}", file=self.stderr)
 
     def watch(self, out: TextIO, as_json: bool) -> None:
         """Print a line per sample until SIGINT/SIGTERM (cron, nohup, systemd)."""
@@ -61,7 +62,7 @@ class Headless:
 
 
 def _text(event: object) -> str:
-    return getattr(event, "text", None) or getattr(event, "message", "")
+    return inert(getattr(event, "text", None) or getattr(event, "message", ""))
 
 
 def watch_line(s: Sample) -> str:

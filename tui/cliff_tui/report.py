@@ -1,5 +1,9 @@
 """Headless output: samples, run records and triangulations as json, jsonl, csv or md
-(llama-bench's formats). Plain data in, text out; the screens never come through here."""
+(llama-bench's formats). Plain data in, text out; the screens never come through here.
+
+Every format is safe to print to a terminal: strings are inert (:mod:`cliff_tui.text`), JSON
+escapes what is not ASCII, a markdown cell escapes ``|``, and a CSV cell that a spreadsheet would
+run as a formula (a leading ``=`` ``+`` ``-`` ``@``) starts with ``'``."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from cliff_tui.analysis.triangulation import PointCheck, Slope, Triangulation, g
 from cliff_tui.codec import to_plain
 from cliff_tui.events import CliffVerdict, ModelInfo, RunFailed, RunResult, Sample
 from cliff_tui.pipeline import Pipeline
+from cliff_tui.text import inert, inert_tree
 from cliff_tui.units import fmt_bytes, fmt_pct, fmt_tok_s
 
 FORMATS = ("md", "csv", "json", "jsonl")
@@ -164,6 +169,8 @@ def kv_ratios(tris: dict[str, Triangulation]) -> list[dict[str, Any]]:
 
 def dumps(records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[tuple[str, str]] | None = None) -> str:
     records = list(records)
+    if fmt in ("json", "jsonl"):
+        records = inert_tree(records)
     if fmt == "json":
         return json.dumps(records[0] if len(records) == 1 else records, indent=2, default=str)
     if fmt == "jsonl":
@@ -203,10 +210,21 @@ def csv_table(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         columns.extend(c for c in row if c not in columns)
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns or ["t"], lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=[csv_cell(c) for c in columns] or ["t"], lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({csv_cell(k): csv_cell(v) for k, v in row.items()} for row in rows)
     return buf.getvalue().rstrip("\n")
+
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A string inert, and quoted with ``'`` where a spreadsheet would run it as a formula; numbers as they are."""
+    if not isinstance(value, str):
+        return value
+    value = inert(value)
+    return "'" + value if value.startswith(_FORMULA_STARTS) else value
 
 
 def markdown_table(records: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
@@ -225,7 +243,7 @@ def _cell(value: Any) -> str:
         return "–"
     if isinstance(value, float):
         return f"{value:.2f}"
-    return str(value).replace("|", "\\|")
+    return inert(str(value)).replace("|", "\\|")
 
 
 # --- human tables -----------------------------------------------------------------------------
@@ -268,7 +286,7 @@ def triangulation_markdown(tris: dict[str, Triangulation], results: Sequence[Run
     if cliff is not None:
         lines += [f"**cliff: {cliff.level}** — {cliff.text}", ""]
     for f in failures:
-        lines.append(f"- n_ctx {f.n_ctx or '?'}: {f.kind.replace('_', ' ')} — {f.message}")
+        lines.append(f"- n_ctx {f.n_ctx or '?'}: {f.kind.replace('_', ' ')} — {inert(f.message)}")
     for key, tri in tris.items():
         lines += [f"**{key}** — {tri.verdict}", ""]
         lines.append(f"- slope touched: {fmt_slope(tri.touched)}; allocated: {fmt_slope(tri.allocated)}")

@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 
 from cliff_tui.errors import BadInput, file_error
 from cliff_tui.events import ModelInfo
+from cliff_tui.text import inert
 
 GGUF_MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -33,8 +34,11 @@ class _Reader:
     def __init__(self, f: BinaryIO, version: int) -> None:
         self.f = f
         self.len_fmt = "<I" if version == 1 else "<Q"
+        self.size = os.fstat(f.fileno()).st_size
 
     def read(self, n: int) -> bytes:
+        if n > self.size - self.f.tell():  # a corrupt length: do not ask for exabytes
+            raise _Truncated()
         data = self.f.read(n)
         if len(data) != n:
             raise _Truncated()
@@ -151,6 +155,7 @@ def block_weight_bytes(sizes: dict[str, int]) -> tuple[int, ...] | None:
 
 
 def model_info_from_metadata(path: str, size: int, meta: dict[str, Any]) -> ModelInfo:
+    meta = {k: inert(v) if isinstance(v, str) else v for k, v in meta.items()}  # a downloaded file's words
     arch = meta.get("general.architecture")
 
     def key(name: str) -> Any:

@@ -6,7 +6,9 @@ would blank a Textual screen), kept raw and parsed for its buffer sizes:
     sched_reserve:        CPU compute buffer size =   102.51 MiB
 
 Only the ``<device> <kind> buffer size = X MiB`` suffix is matched: the function-name prefix
-changes between llama.cpp versions.
+changes between llama.cpp versions. A line carries a GGUF's own words (its name, its chat
+template), so each is kept inert (:func:`cliff_tui.text.inert`) and cut to ``LOG_LIMIT``; a line
+that never ends is let go at ``MAX_PARTIAL`` characters.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections import deque
 from typing import Callable
 
 from cliff_tui.events import BufferSize, LogLine
+from cliff_tui.text import LOG_LIMIT, inert
 from cliff_tui.units import MiB
 
 BUFFER_RE = re.compile(r"(?P<device>[A-Za-z][\w.-]*)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*"
@@ -28,6 +31,7 @@ FLASH_RE = re.compile(r"Flash Attention (enabled|disabled)", re.IGNORECASE)
 # ggml_log_level: NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5 (continues the previous line)
 LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN, LEVEL_ERROR, LEVEL_CONT = 1, 2, 3, 4, 5
 KIND_NAMES = {"model": "model", "KV": "kv", "compute": "compute", "output": "output", "RS": "recurrent"}
+MAX_PARTIAL = 64 * 1024
 
 
 def parse_buffer_line(text: str) -> BufferSize | None:
@@ -93,6 +97,8 @@ class LlamaLog:
             if level != LEVEL_CONT:
                 self._partial_level = level
             self._partial += text
+            if len(self._partial) > MAX_PARTIAL and "\n" not in self._partial:
+                self._partial += "\n"
             if "\n" not in self._partial:
                 return
             *complete, self._partial = self._partial.split("\n")
@@ -103,7 +109,7 @@ class LlamaLog:
         for line in complete:
             if not line.strip():
                 continue
-            record = LogLine(t=time.time(), level=level, text=line.rstrip())
+            record = LogLine(t=time.time(), level=level, text=inert(line.rstrip(), limit=LOG_LIMIT))
             self.lines.append(record)
             for listener in listeners:
                 listener(record)

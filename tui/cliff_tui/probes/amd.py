@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cliff_tui.events import GpuReading
+from cliff_tui.text import inert
 
 AMD_VENDOR_ID = "0x1002"
 DRM_ROOT = Path("/sys/class/drm")
@@ -63,7 +64,7 @@ def _product_name(device: Path) -> str:
         name = (device / "product_name").read_text().strip()
     except OSError:
         name = ""
-    return name or f"AMD GPU ({device.parent.name})"
+    return inert(name) or f"AMD GPU ({device.parent.name})"
 
 
 def _hwmon_temp(device: Path) -> float | None:

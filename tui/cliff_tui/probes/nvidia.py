@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from cliff_tui.events import GpuProcess, GpuReading
+from cliff_tui.text import inert
 
 # nvmlClocksEventReason* bits → the words a user acts on.
 _CLOCK_EVENT_BITS = {
@@ -278,4 +279,4 @@ def _to_processes(procs: Any) -> tuple[GpuProcess, ...]:
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return inert(value.decode(errors="replace") if isinstance(value, bytes) else str(value))

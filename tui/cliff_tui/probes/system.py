@@ -10,6 +10,7 @@ from typing import Callable
 import psutil
 
 from cliff_tui.events import ProcessReading, RamReading, SwapReading
+from cliff_tui.text import inert
 
 _MEMINFO = "/proc/meminfo"
 CHILDREN_EVERY_S = 2.0
@@ -88,7 +89,7 @@ class ProcessProbe:
             return self._missing(self._reason or f"no process with PID {self.pid}")
         try:
             with proc.oneshot():
-                name = proc.name()
+                name = inert(proc.name())  # any local user names their own processes
                 rss = int(proc.memory_info().rss)
                 cpu = proc.cpu_times()
             children = self._known_children(proc)

@@ -1,6 +1,6 @@
 """``cliff-tui export``: a recording as tables for spreadsheets (csv), scripts (json) and bug
-reports (md). The events go through the same pipeline as a replay, so alerts and the
-triangulation are recomputed, not copied."""
+reports (md), or as a recording again (jsonl: to share, with ``--redact``). The events go through
+the same pipeline as a replay, so alerts and the triangulation are recomputed, not copied."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from cliff_tui.events import Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import Recording, open_recording
+from cliff_tui.recording.redact import recording_lines, redact_recording
 from cliff_tui.report import (
     RUN_COLUMNS, csv_table, failure_record, markdown_table, run_record, run_rows, sample_record,
     triangulation_markdown, triangulation_output,
@@ -18,8 +19,12 @@ from cliff_tui.report import (
 from cliff_tui.units import fmt_bytes, fmt_duration
 
 
-def export(path: str, fmt: str, table: str = "samples") -> str:
+def export(path: str, fmt: str, table: str = "samples", redact: bool = False) -> str:
     recording = open_recording(path)
+    if redact:
+        recording = redact_recording(recording)
+    if fmt == "jsonl":
+        return recording_lines(recording)
     pipeline = replay_all(recording)
     if fmt == "csv":
         return _csv(recording, pipeline, table)
@@ -96,6 +101,8 @@ def _markdown(recording: Recording, pipeline: Pipeline) -> str:
             used = [g.vram_used_bytes for s in ss for g in s.gpus if g.index == index and g.vram_used_bytes is not None]
             if used:
                 lines.append(f"- GPU{index} dedicated VRAM peak {fmt_bytes(max(used))}")
+    if h.get("redacted"):
+        lines.append(f"- redacted: {', '.join(map(str, h['redacted']))} replaced")
     if recording.problems:
         lines.append(f"- damaged: {recording.problems}")
     if pipeline.results or pipeline.failures:

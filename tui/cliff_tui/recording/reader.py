@@ -3,7 +3,11 @@ readable part of a damaged one (corrupt lines skipped and counted, a cut last li
 
 Lines are decoded on demand: an hour at 4 Hz is ~15k lines and ~20 MiB, and decoding them all
 takes seconds, while the first replayed frame needs a handful. Every event line starts with its
-timestamp (``{"t":…``), so the time index is read from the line prefixes alone.
+timestamp (``{"t":…``), so the time index is read from the line prefixes alone. A line is let go
+once decoded, and a long one is decoded at once: its strings come out inert and cut to a line's
+length (the codec does that), so a 10 MB line is not held.
+
+The header's strings are made inert too: export and the replay's title show them.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from typing import Any
 from cliff_tui.codec import DecodeError, event_from_plain
 from cliff_tui.errors import BadInput, file_error
 from cliff_tui.recording.schema import FORMAT, SCHEMA_VERSION
+from cliff_tui.text import inert_tree
 
 _T_PREFIX = re.compile(rb'\{"t":\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)[,}]')
 _UNDECODED = object()
+LONG_LINE = 64 * 1024  # bytes: a line this long is decoded when the file is opened, not held
 
 
 class Recording:
@@ -27,12 +33,15 @@ class Recording:
         self.path = path
         self.header = header
         self._numbers = [number for number, _ in lines]  # file line numbers, for messages
-        self._lines = [line for _, line in lines]
+        self._lines: list[bytes | None] = [line for _, line in lines]
         self._ends_cleanly = ends_cleanly
         self._cache: list[Any] = [_UNDECODED] * len(lines)
         self.skipped: list[str] = []
         self.truncated_tail = False
         self.times = [self._time_of(i) for i in range(len(lines))]
+        for i, (_, line) in enumerate(lines):
+            if len(line) > LONG_LINE:
+                self.event(i)
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -67,8 +76,9 @@ class Recording:
         return event.t if event is not None else math.nan
 
     def _decode(self, i: int) -> Any | None:
+        line, self._lines[i] = self._lines[i], None  # decoded once: the event is kept, not the line
         try:
-            return event_from_plain(json.loads(self._lines[i]))
+            return event_from_plain(json.loads(line))
         except (ValueError, DecodeError, TypeError, RecursionError) as exc:
             if i == len(self._lines) - 1 and not self._ends_cleanly:
                 self.truncated_tail = True
@@ -117,7 +127,7 @@ def _header(raw: bytes, name: str) -> dict[str, Any]:
     if schema > SCHEMA_VERSION:
         raise BadInput(f"{name} was written with recording schema {schema}, newer than this cliff-tui reads "
                        f"({SCHEMA_VERSION}): upgrade cliff-tui (pip install -U cliff-tui)")
-    return header
+    return inert_tree(header)
 
 
 def _why(exc: Exception) -> str:

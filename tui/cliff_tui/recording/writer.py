@@ -1,5 +1,6 @@
 """Append-only recorder: one JSON line per event, line-buffered so a ``kill -9`` loses at most
-the line being written. Never overwrites a file unless told to."""
+the line being written. Never overwrites a file unless told to. ``redact``: the hostname, user
+paths, command-line paths and PIDs are replaced as they are written (:mod:`.redact`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from cliff_tui.codec import event_to_plain
 from cliff_tui.errors import file_error
 from cliff_tui.events import GeneratedText, RunFinished
+from cliff_tui.recording.redact import Redactor
 from cliff_tui.recording.schema import make_header
 
 
@@ -20,23 +22,25 @@ def timestamped_name(prefix: str = "cliff") -> str:
 
 
 class Recorder:
-    def __init__(self, path: Path, handle: Any, record_text: bool) -> None:
+    def __init__(self, path: Path, handle: Any, record_text: bool, redact: bool = False) -> None:
         self.path = path
         self._file = handle
         self.record_text = record_text
+        self.redactor = Redactor.for_this_machine() if redact else None
         self._lock = threading.Lock()
         self.count = 0
 
     @classmethod
     def create(cls, path: str | Path, *, command: list[str], force: bool = False,
-               record_text: bool = False) -> "Recorder":
+               record_text: bool = False, redact: bool = False) -> "Recorder":
         path = Path(path)
         try:
             handle = path.open("w" if force else "x", encoding="utf-8", buffering=1)
         except OSError as exc:
             raise file_error(exc, path, "recording") from None
-        recorder = cls(path, handle, record_text)
-        recorder._write_line(make_header(command, record_text, *_gpu_identity()))
+        recorder = cls(path, handle, record_text, redact)
+        header = make_header(command, record_text, *_gpu_identity())
+        recorder._write_line(header if recorder.redactor is None else recorder.redactor.header(header), redact=False)
         return recorder
 
     def write(self, event: Any) -> None:
@@ -55,12 +59,13 @@ class Recorder:
         if pipeline.latest is not None:
             self.write(pipeline.latest)
 
-    def _write_line(self, plain: dict[str, Any]) -> None:
-        line = json.dumps(plain, separators=(",", ":"), allow_nan=False) + "\n"
-        with self._lock:
+    def _write_line(self, plain: dict[str, Any], redact: bool = True) -> None:
+        with self._lock:  # the redactor numbers PIDs in the order they are written
             if self._file is None:
                 return
-            self._file.write(line)
+            if redact and self.redactor is not None:
+                plain = self.redactor.plain(plain)
+            self._file.write(json.dumps(plain, separators=(",", ":"), allow_nan=False) + "\n")
             self.count += 1
 
     def __enter__(self) -> "Recorder":

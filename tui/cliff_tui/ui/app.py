@@ -4,6 +4,9 @@ The app draws a :class:`Session`. Producers (sampler thread, job worker, replay 
 the session's bus, which only appends to an inbox (thread-safe, never blocks the producer); on the
 UI thread a timer drains the inbox into the session's pipeline and redraws what changed: one
 wake-up per frame, however many events arrived.
+
+Text from outside (a model's name, a recording, a server, a process name) is drawn as plain text,
+never as markup: ``Text`` and segments for the widgets, ``markup=False`` for the notifications.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from cliff_tui.errors import CliffError
 from cliff_tui.events import Alert
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.session import Session
+from cliff_tui.text import inert
 from cliff_tui.ui import projection as projection_view
 from cliff_tui.ui import render
 from cliff_tui.ui.widgets import LineView, PanelView
@@ -54,11 +58,13 @@ class CliffApp(App):
         Binding("end", "seek_to(1)", "End", show=False, tooltip="replay: to the end"),
     ]
 
-    def __init__(self, mode: str = "watch", session: Session | None = None, *, record_text: bool = False) -> None:
+    def __init__(self, mode: str = "watch", session: Session | None = None, *, record_text: bool = False,
+                 redact: bool = False) -> None:
         super().__init__()
         self.mode = mode
         self.session = session or Session()
         self.record_text = record_text
+        self.redact = redact
         self.paused = False
         self.narrow_view = "dash"
         self._drawn: object = None
@@ -117,7 +123,7 @@ class CliffApp(App):
         player = self.session.player
         if player is None or player.playing:
             severity = "error" if alert.level == "red" else "warning"
-            self.notify(alert.message, title=f"sign {alert.sign}", severity=severity, timeout=6)
+            self.notify(alert.message, title=f"sign {alert.sign}", severity=severity, timeout=6, markup=False)
 
     @work(thread=True, exit_on_error=False, name="job")
     def _run_job(self) -> None:
@@ -152,7 +158,7 @@ class CliffApp(App):
             return
         self._drawn = version
         title = self._title()
-        self.query_one("#title", PanelView).show(title, lambda: title, 1)
+        self.query_one("#title", PanelView).show(title, lambda: Text(inert(title)), 1)
         _show_line(self.query_one("#signs", LineView), render.signs_line(p.signs))
         notice = render.notice_line(p)
         notice_view = self.query_one("#notice", LineView)
@@ -185,7 +191,7 @@ class CliffApp(App):
         dash = self.query_one("#dash")
         for view, (_, item) in zip(dash.children, wanted):
             if isinstance(item, str):
-                view.show(item, lambda: Text(item, style="yellow"))
+                view.show(item, lambda: Text(inert(item), style="yellow"))
             else:
                 view.show(item.content_key, item.segment_lines)
 
@@ -213,7 +219,7 @@ class CliffApp(App):
         shown = failure is not None and not (failure.kind == "does_not_fit" and self.mode == "triangulate")
         _set_display(error, shown)
         if shown:
-            error.show(failure, lambda: Text(f"✖ {failure.message}", style="bold red"))
+            error.show(failure, lambda: Text(f"✖ {inert(failure.message, multiline=True)}", style="bold red"))
 
     def _title(self) -> str:
         parts = ["cliff-tui", self.mode]
@@ -280,16 +286,17 @@ class CliffApp(App):
 
         stopped = self.session.stop_recording()
         if stopped is not None:
-            self.notify(f"recording saved: {stopped.path}")
+            self.notify(f"recording saved: {stopped.path}", markup=False)
             self._draw()
             return
         try:
-            recorder = Recorder.create(timestamped_name(), command=[self.mode], record_text=self.record_text)
+            recorder = Recorder.create(timestamped_name(), command=[self.mode], record_text=self.record_text,
+                                       redact=self.redact)
         except CliffError as exc:
-            self.notify(str(exc), severity="error")
+            self.notify(str(exc), severity="error", markup=False)
             return
         self.session.attach_recorder(recorder)
-        self.notify(f"recording to {recorder.path}")
+        self.notify(f"recording to {recorder.path}", markup=False)
         self._draw()
 
     def action_play(self) -> None:

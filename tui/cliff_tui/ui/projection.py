@@ -27,7 +27,7 @@ def runs_table(results: Sequence[RunResult], failures: Sequence[RunFailed]) -> T
                          no_wrap=True)
     for row in run_rows(results):
         style = {"red": "red", "amber": "yellow"}.get(row["verdict"], "")
-        table.add_row(*(row[key] for key, _ in TABLE_COLUMNS), style=style)
+        table.add_row(*(Text(row[key]) for key, _ in TABLE_COLUMNS), style=style)  # a str cell is markup
     for f in failures:
         if f.kind == "does_not_fit":
             table.add_row("", f"{f.n_ctx:,}" if f.n_ctx else "?", f"{f.depth:,}" if f.depth else "?",

@@ -11,6 +11,7 @@ from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.signs import SignState
 from cliff_tui.events import GpuReading, Sample
 from cliff_tui.pipeline import Pipeline
+from cliff_tui.text import inert
 from cliff_tui.ui.spark import FixedSpark
 from cliff_tui.units import fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
 
@@ -60,8 +61,9 @@ class Panel:
 
 
 def fit_line(parts: Parts, width: int) -> list[Segment]:
-    """One line of styled parts, cut with an ellipsis where it is wider than ``width``."""
-    segments = [Segment(text, style) for text, style in parts if text]
+    """One line of styled parts, cut with an ellipsis where it is wider than ``width``. Segments
+    are never markup; ``inert`` keeps a control character that got past the boundaries off the screen."""
+    segments = [Segment(inert(text), style) for text, style in parts if text]
     if sum(segment.cell_length for segment in segments) <= width:
         return segments
     if width <= 0:

@@ -13,6 +13,7 @@ from textual.widgets import Input, Label, RichLog, Static
 from rich.text import Text
 
 from cliff_tui.pipeline import Pipeline
+from cliff_tui.text import LOG_LIMIT, inert
 from cliff_tui.units import parse_tokens
 
 HELP = """\
@@ -69,12 +70,12 @@ class LogScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         log = self.query_one(RichLog)
         for notice in self.pipeline.notices:
-            log.write(Text(f"cliff-tui {notice.level}: {notice.text}", style="bold"))
+            log.write(Text(f"cliff-tui {notice.level}: {inert(notice.text)}", style="bold"))
         lines = list(self.pipeline.log)
         if not lines:
             log.write("(nothing from llama.cpp yet: it logs when a model loads — `cliff-tui run`)")
         for line in lines:
-            log.write(line.text)
+            log.write(Text(inert(line.text, limit=LOG_LIMIT)))
 
 
 class TargetScreen(ModalScreen[int | None]):
@@ -93,7 +94,7 @@ class TargetScreen(ModalScreen[int | None]):
         try:
             self.dismiss(parse_tokens(event.value))
         except ValueError as exc:
-            self.notify(str(exc), severity="error")
+            self.notify(str(exc), severity="error", markup=False)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

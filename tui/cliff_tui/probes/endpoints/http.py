@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from cliff_tui.events import ServerKind, ServerStatus, SessionReading
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
+from cliff_tui.text import inert
 from cliff_tui.units import MiB
 
 MAX_BODY_BYTES = 16 * MiB  # /slots carries every slot's prompt text: large in a long chat
@@ -116,8 +117,11 @@ Getter = Callable[[str, float], Reply]  # fetch(), or a stand-in in tests
 
 
 def server_reading(t: float, source: ServerKind, url: str, status: ServerStatus, message: str,
-            **fields: Any) -> SessionReading:
-    return SessionReading(t=t, source=source, url=url, status=status, message=message, **fields)
+                   **fields: Any) -> SessionReading:
+    """The reading, its words made inert: messages and reasons quote what the server sent."""
+    if "reasons" in fields:
+        fields["reasons"] = {k: inert(v) for k, v in fields["reasons"].items()}
+    return SessionReading(t=t, source=source, url=inert(url), status=status, message=inert(message), **fields)
 
 
 def describe_body(reply: Reply) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from cliff_tui.events import ServedModel, SessionReading
 from cliff_tui.probes.endpoints.http import Getter, as_int, describe_body, fetch, normalise_url, server_reading
+from cliff_tui.text import inert
 
 OLLAMA = "ollama"
 DEFAULT_URL = "http://127.0.0.1:11434"
@@ -42,7 +43,7 @@ def _from_ps(t: float, base: str, items: list[Any]) -> SessionReading:
 
 def _served_model(item: dict[str, Any]) -> ServedModel:
     name = item.get("name") or item.get("model") or "?"
-    return ServedModel(name=str(name), size_bytes=as_int(item.get("size")),
+    return ServedModel(name=inert(str(name)), size_bytes=as_int(item.get("size")),
                        size_vram_bytes=as_int(item.get("size_vram")), context_length=as_int(item.get("context_length")))
 
 
