@@ -21,7 +21,7 @@ HOSTILE = [
     f"{CLEAR}{RED}{TITLE}{CLIPBOARD}{MARKUP}",
     f"{MARKUP}{ESC}]0;GGUF-TITLE{BEL}",
     f"name{ESC}P1$r0m{ST}dcs",
-    f"\x9b2J\x9d0;c1-title\x9c",  # the 8-bit C1 forms of CSI, OSC and ST
+    "\x9b2J\x9d0;c1-title\x9c",  # the 8-bit C1 forms of CSI, OSC and ST
     "abc\u202eevil.exe\u202c",
     "\u2066rtl\u2069\u200bzero\u200dwidth\ufeff",
     "[bold red]x[/] [link=https://evil]click[/link] \\[escaped] [/]",

@@ -243,7 +243,7 @@ def test_fuzzed_recordings_only_ever_give_clean_errors(data):
     except BadInput as exc:
         assert "\n" not in str(exc)
         return
-    assert all(is_inert(s) for _, s in _strings_of(recording.header))
+    assert all(is_inert(s) for _, s in _strings_of(recording.header)) and is_inert(recording.problems)
     for event in recording.events:
         assert type(event) in EVENT_TYPES.values()
         assert event_from_plain(event_to_plain(event)) == event

@@ -185,10 +185,11 @@ def _dict_decoder(value_type: Any) -> Decoder:
             raise _Bad("must be an object")
         out = {}
         for k, v in value.items():
+            key = inert(str(k))
             try:
-                out[inert(str(k))] = item(v)
+                out[key] = item(v)
             except _Bad as bad:
-                bad.path.append(str(k))
+                bad.path.append(key)  # the message is shown: the key is outside text too
                 raise
         return out
 

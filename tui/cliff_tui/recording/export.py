@@ -16,6 +16,7 @@ from cliff_tui.report import (
     RUN_COLUMNS, csv_table, failure_record, markdown_table, run_record, run_rows, sample_record,
     triangulation_markdown, triangulation_output,
 )
+from cliff_tui.text import inert
 from cliff_tui.units import fmt_bytes, fmt_duration
 
 
@@ -88,7 +89,7 @@ def _json(recording: Recording, pipeline: Pipeline) -> dict[str, Any]:
 def _markdown(recording: Recording, pipeline: Pipeline) -> str:
     h = recording.header
     ss = samples(recording)
-    lines = [f"# cliff-tui recording: {recording.path}", ""]
+    lines = [f"# cliff-tui recording: {inert(recording.path)}", ""]
     machine = h.get("machine") or {}
     lines.append(f"- recorded by cliff-tui {h.get('tool_version', '?')} on {machine.get('hostname', '?')} "
                  f"({machine.get('os', machine.get('platform', '?'))}), command: `{' '.join(h.get('command') or [])}`")
@@ -104,7 +105,7 @@ def _markdown(recording: Recording, pipeline: Pipeline) -> str:
     if h.get("redacted"):
         lines.append(f"- redacted: {', '.join(map(str, h['redacted']))} replaced")
     if recording.problems:
-        lines.append(f"- damaged: {recording.problems}")
+        lines.append(f"- damaged: {inert(recording.problems)}")
     if pipeline.results or pipeline.failures:
         lines += ["", "## Runs", ""]
         lines.append(triangulation_markdown(pipeline.triangulations(), pipeline.results, pipeline.failures)
