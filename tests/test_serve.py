@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import os
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ import browser  # noqa: E402 - scripts/browser.py
 
 def serve(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "cliff_tui", "serve", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=clean_env())
+                            stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
 
 
 def wait_page(url: str, proc: subprocess.Popen, limit: float = 60) -> None:
@@ -47,12 +48,18 @@ def wait_page(url: str, proc: subprocess.Popen, limit: float = 60) -> None:
 
 
 def stop(proc: subprocess.Popen) -> int:
+    """SIGINT, as a user stops it; then whatever is left of its process group (the tabs' apps)."""
     proc.send_signal(signal.SIGINT)
     try:
-        return proc.wait(20)
+        code = proc.wait(20)
     except subprocess.TimeoutExpired:
         proc.kill()
-        return proc.wait()
+        code = proc.wait()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return code
 
 
 def ocr(png: Path) -> str:

@@ -55,7 +55,27 @@ def serve(bind: Bind, command: Sequence[str], url: str | None = None) -> int:
         server.serve()
     except OSError as exc:
         raise listen_error(bind, exc) from None
+    finally:
+        end_sessions()
     return 0
+
+
+def end_sessions(grace_s: float = 3.0) -> None:
+    """Stop the apps textual-serve started for the browser tabs: they outlive the server otherwise."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(children, timeout=grace_s)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
 
 
 def _check_free(bind: Bind) -> None:
