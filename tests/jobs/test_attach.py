@@ -386,7 +386,7 @@ def test_real_llama_server_tok_s_moves_while_a_request_runs(real_llama_server):
     pipeline = Pipeline()
     events: list = []
     cancel = threading.Event()
-    poller = threading.Thread(target=job.run, args=(events.append, cancel), daemon=True)
+    poller = threading.Thread(target=job.run, args=(events.append, cancel, lambda pid: None), daemon=True)
     poller.start()
     request.start()
     request.join(120)
