@@ -68,7 +68,7 @@ def test_the_spill_signs_and_verdict_are_the_screens(cliff):
         assert value(series, "cliff_sign_level", sign=str(number), name=name) == SIGN_LEVELS[state.level]
     assert pipeline.signs[1].level == "red"
     assert value(series, "cliff_sign_level", sign="1") == 3
-    assert value(series, "cliff_verdict_level") == 3 == verdict_level(pipeline.signs)
+    assert value(series, "cliff_verdict_level") == 3 == verdict_level(pipeline)
 
 
 def test_decode_speed_with_its_window(cliff):

@@ -21,7 +21,6 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cliff_tui import __version__
-from cliff_tui.analysis.signs import SignState
 from cliff_tui.events import ATTACH_RUN_ID, GpuReading, Sample, SessionReading
 from cliff_tui.exporter.plans import CapacityPlan
 from cliff_tui.jobs.attach import healthy
@@ -52,9 +51,9 @@ def cgroup_ram_limit() -> tuple[int, int | None] | None:
     return memory.limit_bytes, memory.usage_bytes
 
 
-def verdict_level(signs: dict[int, SignState]) -> int:
-    """The cliff verdict: today the worst sign's level (a dedicated verdict can replace this)."""
-    return max((SIGN_LEVELS.get(s.level, 0) for s in signs.values()), default=0)
+def verdict_level(pipeline: Pipeline) -> int:
+    """The one cliff verdict (the screen's and the run record's): ok 0, info 1, amber 2, red 3."""
+    return SIGN_LEVELS.get(pipeline.cliff_verdict().level, 0)
 
 
 class CliffCollector(Collector):
@@ -157,7 +156,7 @@ def _signs(p: Pipeline) -> list[Metric]:
         level.add_metric(labels, SIGN_LEVELS.get(state.level, 0))
         applicable.add_metric(labels, float(state.level != "na"))
     verdict = _gauge("cliff_verdict_level", "The cliff verdict, 0 fine … 3 cliff (today: the worst sign)")
-    verdict.add_metric([], verdict_level(p.signs))
+    verdict.add_metric([], verdict_level(p))
     return [level, applicable, verdict]
 
 
