@@ -433,9 +433,9 @@ class TriangulationPlanned:
     target: int
     reserve_bytes: int | None
     ram_available_bytes: int | None = None
-    ram_tier: str = "RAM (swap beyond)"
     vram_total_bytes: tuple[int | None, ...] = ()
     note: str = ""
+    ram_tier: str = "RAM (swap beyond)"
 
 
 @dataclass(frozen=True)

@@ -351,7 +351,7 @@ def _theory_per_token(group: RunGroup) -> float | None:
     first = group.results[0]
     try:
         breakdown = kv_breakdown(group.model, KvSettings.from_run(first.settings, first.n_ctx))
-    except InvalidSettings:
+    except (InvalidSettings, KeyError):  # KeyError: a recorded cache type this version does not know
         return None
     return breakdown.bytes_per_token if breakdown is not None else None
 

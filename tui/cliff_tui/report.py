@@ -12,7 +12,7 @@ import io
 import json
 from typing import Any, Iterable, Sequence
 
-from cliff_tui.analysis.theory import expected_ratio, known_differences, textbook_bytes_per_token
+from cliff_tui.analysis.theory import CACHE_TYPE_BYTES, expected_ratio, known_differences, textbook_bytes_per_token
 from cliff_tui.analysis.fit import FitTable, fit_record, fit_table, format_fit_markdown, measured_lines
 from cliff_tui.analysis.triangulation import PointCheck, Slope, Triangulation, gpu_index_of, memory_point
 from cliff_tui.codec import to_plain
@@ -125,6 +125,8 @@ def _textbook(model: ModelInfo | None, results: Sequence[RunResult]) -> float | 
     if model is None or not results:
         return None
     s = results[0].settings
+    if s.cache_type_k not in CACHE_TYPE_BYTES or s.cache_type_v not in CACHE_TYPE_BYTES:
+        return None  # a recording from elsewhere, with a type this version does not know
     return textbook_bytes_per_token(model, s.cache_type_k, s.cache_type_v)
 
 
