@@ -158,7 +158,8 @@ class CliffApp(App):
             return
         self._drawn = version
         title = self._title()
-        self.query_one("#title", PanelView).show(title, lambda: Text(inert(title)), 1)
+        # one line: a long model name is cut at the edge, never wrapped out of sight
+        self.query_one("#title", PanelView).show(title, lambda: Text(inert(title), no_wrap=True, overflow="ellipsis"), 1)
         _show_line(self.query_one("#signs", LineView), render.signs_line(p.signs))
         notice = render.notice_line(p)
         notice_view = self.query_one("#notice", LineView)
