@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
+from cliff_tui.units import fmt_bytes
+
 # --- the words a record may hold (the codec refuses any other in a recording) ---------------------
 
 FlashAttn = Literal["on", "off", "auto"]
@@ -109,15 +111,7 @@ class CgroupReading:
 
     @property
     def tier(self) -> str:
-        return f"RAM (cgroup limit {_binary(self.limit_bytes)})"
-
-
-def _binary(n: int) -> str:
-    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= size:
-            value = n / size
-            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
-    return f"{n} B"
+        return f"RAM (cgroup limit {fmt_bytes(self.limit_bytes)})"
 
 
 @dataclass(frozen=True)
