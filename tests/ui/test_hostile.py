@@ -17,7 +17,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from textual.drivers import headless_driver
 
@@ -124,6 +124,7 @@ _PLAIN = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(hostile_text(max_size=5, plain=_PLAIN))
+@example("\n")  # a trailing control a renderer's strip() would eat instead of showing
 def test_hostile_strings_as_a_gguf_name_and_session_fields_are_drawn_as_text(tmp_path, terminal, text):
     """A GGUF's general.name (written with the gguf package, read by cliff-tui's reader), a process
     name, a no-GPU reason, a notice and a server message: drawn literally, never run."""

@@ -178,7 +178,7 @@ def _process_panel(p: Pipeline, s: Sample) -> Panel:
         value += f" (incl. {proc.n_children} children {fmt_bytes(proc.children_rss_bytes)})"
     if proc.gpu_used_bytes is not None:
         value += f"  · GPU {fmt_bytes(proc.gpu_used_bytes)}"
-    return Panel("proc", f"PID {proc.pid} {proc.name or ''}".strip(), value,
+    return Panel("proc", f"PID {proc.pid} {proc.name or ''}".rstrip(" "), value,
                  _spark(p, "process.rss", s.ram.total_bytes), version=_version(p, "process.rss"))
 
 
