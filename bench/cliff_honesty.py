@@ -11,8 +11,8 @@ cliff, and what the depth probes cost.
 A false alarm is a red verdict or alert on a run with no memory sign, or an amber one that names no
 measured cause; an amber that names the load the sampler measured (the hog's, or a busy machine's)
 is the right answer, not one. The knee error compares the
-depth the verdict names with the depth where the cells in use outgrow the cgroup's limit (model
-and compute buffers plus the KV cells up to that depth, from the run's own buffer log).
+depth the verdict names (from the worker's own page faults per decoded token) with the depth where
+the cgroup's fault counter, sampled every 50 ms, first shows a decode window reading pages back.
 """
 
 from __future__ import annotations
@@ -91,26 +91,29 @@ def kind(label: str, n: int, depth: int, tmp: Path, hog: bool = False) -> list[d
 
 
 def cgroup_cliff(tmp: Path) -> dict | None:
-    from cgroup_cliff import Unavailable, require_root, sandbox
+    from cgroup_cliff import Monitor, Unavailable, cache_outside, paging_onset, require_root, sandbox
+    from cliff_tui.engine.default_model import default_model_path
+    from cliff_tui.events import DecodeWindow
 
-    limit, depth = 80 * MiB, 4096
+    limit, depth = 64 * MiB, 3072
+    record = tmp / "cgroup.jsonl"
     try:
         require_root()
-        with sandbox(limit, swap_bytes=1024 * MiB) as box:
-            result = run(depth, tmp / "cgroup.jsonl", popen=box.popen, extra=("-t", "1"))
+        cache_outside(default_model_path())
+        with sandbox(limit, swap_bytes=1024 * MiB) as box, Monitor(box.cgroup, interval_s=0.05) as monitor:
+            result = run(depth, record, popen=box.popen, extra=("-t", "1"))
     except Unavailable as exc:
         print(f"cgroup cliff skipped: {exc}")
         return None
-    fixed = sum(result["model_buffers"].values()) + sum(result["compute_buffers"].values())
-    per_token = sum(result["kv_buffers"].values()) / result["n_ctx"]
-    crossing = (limit - fixed) / per_token
+    windows = [e for e in open_recording(record).events if isinstance(e, DecodeWindow)]
+    onset = paging_onset(monitor.samples, windows)
     named = result["cliff"]["depth"]
-    error = abs(named - crossing) / crossing if named is not None and crossing > 0 else None
-    print(f"cgroup cliff: {result['cliff']['level']} on {result['cliff']['tier']} at depth {named}; the cells in "
-          f"use outgrow the {limit // MiB} MiB limit near depth {crossing:,.0f} → error "
+    error = abs(named - onset) / onset if named is not None and onset else None
+    print(f"cgroup cliff: {result['cliff']['level']} on {result['cliff']['tier']} at depth {named}; by the cgroup's "
+          f"own fault counter decode began reading pages back at depth {onset} → error "
           f"{'–' if error is None else f'{100 * error:.0f} %'}")
     return {"level": result["cliff"]["level"], "tier": result["cliff"]["tier"], "depth": named,
-            "crossing": crossing, "error": error, "text": result["cliff"]["text"]}
+            "onset": onset, "error": error, "text": result["cliff"]["text"]}
 
 
 def main() -> None:

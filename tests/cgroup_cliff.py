@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from cliff_tui.probes.cgroup import CgroupMemory, find_mounts, read_cgroup_memory
 
@@ -520,3 +520,31 @@ def first_at_limit(samples: Sequence[CgroupSample], limit_bytes: int,
         if s.usage_bytes >= limit_bytes - margin_bytes or (s.failcnt or 0) > 0:
             return s
     return None
+
+
+def paging_onset(samples: Sequence[CgroupSample], windows: Sequence[Any],
+                 faults_per_token: float = 64.0) -> int | None:
+    """The first depth at which the cgroup's own fault counter shows decode reading pages back
+    token after token: its major faults inside a decode window (``DecodeWindow``s of a
+    recording), per token decoded. The prefill's writes into a cache paged out as it was created
+    fall between windows and are not counted."""
+    for w in sorted(windows, key=lambda w: w.t):
+        if w.phase not in ("probe", "depth") or w.tok_s <= 0:
+            continue
+        start = w.t - w.n_tokens / w.tok_s
+        inside = [s for s in samples if start <= s.t <= w.t and s.major_faults is not None]
+        if len(inside) < 2 or inside[-1].t <= inside[0].t:
+            continue
+        per_s = (inside[-1].major_faults - inside[0].major_faults) / (inside[-1].t - inside[0].t)
+        if per_s / w.tok_s >= faults_per_token:
+            return w.depth
+    return None
+
+
+def cache_outside(path: Path) -> None:
+    """Read ``path`` into the page cache from this process's cgroup, outside the sandbox: a member
+    mapping it then finds its pages cached and charged elsewhere, so the sandbox's limit bounds what
+    the model allocates (its KV cache), not its weights, whichever run last dropped them."""
+    with open(path, "rb") as f:
+        while f.read(16 * MiB):
+            pass

@@ -20,8 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cgroup_cliff import MiB, Monitor, Sandbox
+from cgroup_cliff import MiB, Monitor, Sandbox, cache_outside, paging_onset
 from cliff_tui.analysis.speed import robust_line
+from cliff_tui.events import DecodeWindow
+from cliff_tui.recording.reader import open_recording
 from conftest_cgroup import memory_sandbox  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +36,7 @@ def run_in(box: Sandbox, record: Path) -> tuple[dict, Monitor]:
     argv = [sys.executable, "-m", "cliff_tui", "run", "--headless", "--depth", str(DEPTH), "--n-gen", str(N_GEN),
             "-t", "1", "-o", "json", "--record", str(record)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tui"), os.environ.get("PYTHONPATH", "")]))
-    with Monitor(box.cgroup, interval_s=0.2) as monitor:
+    with Monitor(box.cgroup, interval_s=0.05) as monitor:
         proc = box.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-2000:]
@@ -51,6 +53,7 @@ def decode_started_at(record: Path) -> float:
 
 def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sandbox, tmp_path, smollm2):  # noqa: F811
     box = memory_sandbox(LIMIT, swap_bytes=1024 * MiB, swap_kind="file")
+    cache_outside(smollm2)
     record = tmp_path / "run.jsonl"
     result, monitor = run_in(box, record)
 
@@ -77,26 +80,12 @@ def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sand
           f"{faults_per_token:.0f} major faults a decoded token; verdict {result['verdict']}")
     assert faults_per_token >= 256, faults_per_token  # ≥ 1 MiB a token read back
 
-    # the one verdict: red, on swap, at the depth where the cgroup began reading pages back
+    # the one verdict: red, on swap, at the depth where decode began reading pages back by the
+    # cgroup's own counter (not the worker's, which the verdict uses)
     cliff = result["cliff"]
     assert cliff["level"] == "red" and cliff["tier"] == "swap", cliff["text"]
     assert "PCIe" not in cliff["text"]
-    reading_back = paging_started_at(monitor.samples, record)
-    assert reading_back is not None
+    windows = [e for e in open_recording(record).events if isinstance(e, DecodeWindow)]
+    reading_back = paging_onset(monitor.samples, windows)
+    assert reading_back is not None and reading_back > 0
     assert abs(cliff["depth"] - reading_back) <= 0.2 * reading_back, (cliff["depth"], reading_back, cliff["text"])
-
-
-def paging_started_at(samples, record: Path, faults_per_s: float = 256.0) -> int | None:
-    """The depth at which the cgroup's own readings show pages read back from swap, after the
-    context was created: its major faults per second rising past the threshold."""
-    depths = [(e["t"], e["depth"]) for e in map(json.loads, record.read_text().splitlines()[1:])
-              if e.get("type") == "progress" and e["phase"] in ("prefill", "decode")]
-    if not depths:
-        return None
-    start = depths[0][0]
-    for a, b in zip(samples, samples[1:]):
-        if a.t < start or a.major_faults is None or b.major_faults is None or b.t <= a.t:
-            continue
-        if (b.major_faults - a.major_faults) / (b.t - a.t) >= faults_per_s:
-            return max((d for t, d in depths if t <= b.t), default=depths[0][1])
-    return None

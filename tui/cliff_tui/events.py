@@ -229,6 +229,7 @@ class DecodePoint:
     ms_per_token: float
     n_tokens: int
     phase: DecodePhase = "probe"
+    major_faults: int | None = None  # pages the decoding process read back meanwhile (Linux)
 
 
 @dataclass(frozen=True)
@@ -392,6 +393,7 @@ class DecodeWindow:
     n_tokens: int
     tok_s: float
     spread_tok_s: float
+    major_faults: int | None = None  # pages the decoding process read back, from swap or a file, meanwhile
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,7 @@ class Pipeline:
         self.last_window = e
         if e.run_id in self.runs:
             self.runs[e.run_id].windows.append(e)
+            self.runs[e.run_id].watch.decoded(e)
         elif e.run_id == ATTACH_RUN_ID and e.tok_s > 0:
             self._session_points.append(DecodePoint(e.depth, 1000.0 / e.tok_s, e.n_tokens, "depth"))
         self.history.add("tok_s", e.t, e.tok_s)

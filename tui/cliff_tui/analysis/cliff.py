@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.events import CliffEvidence, CliffVerdict, Sample, SpeedVerdict
+from cliff_tui.events import CliffEvidence, CliffVerdict, DecodeWindow, Sample, SpeedVerdict
 from cliff_tui.units import fmt_bytes
 
 
@@ -36,6 +36,9 @@ class RunWatch:
         self._swap_elsewhere: _Crossing | None = None
         self._parked: _Crossing | None = None  # the model's pages in swap, not read back (yet)
         self._faults: tuple[float, int] | None = None
+        self._window_reads_back: bool | None = None  # the newest decode window's, where it counted its faults
+        self._paging_depth: int | None = None  # the first depth whose decode read pages back, token after token
+        self._paging_run: list[int] = []  # the depths of the latest windows that all read pages back
         self._shared: dict[int, _Crossing] = {}
         self._ram: _Crossing | None = None
         self._full: tuple[str, _Crossing] | None = None
@@ -55,6 +58,19 @@ class RunWatch:
         self._load(sample)
         self._last = sample
 
+    def decoded(self, window: DecodeWindow) -> None:
+        """A decode window of this run: where it counted the pages read back meanwhile, they say
+        exactly when decoding began to page (faults per second also count the prefill's writes
+        into a cache paged out as it was created). Two windows running, as one slow window never
+        flips the state: the first after the context is created also reads its first pages back."""
+        if window.major_faults is None or window.n_tokens <= 0:
+            return
+        reads_back = window.major_faults / window.n_tokens >= th.SWAP_IN_FAULTS_PER_TOKEN
+        self._paging_run = self._paging_run + [window.depth] if reads_back else []
+        self._window_reads_back = len(self._paging_run) >= th.CONFIRMING_WINDOWS
+        if self._window_reads_back and self._paging_depth is None:
+            self._paging_depth = self._paging_run[0]
+
     def _start(self, sample: Sample) -> None:
         self._first = self._last = sample
         proc = sample.process
@@ -66,6 +82,8 @@ class RunWatch:
 
     def _reading_back(self, s: Sample) -> bool | None:
         """Whether the model reads pages back from swap now (None: its faults are not known)."""
+        if self._window_reads_back is not None:
+            return self._window_reads_back
         faults = s.process.major_faults if s.process is not None else None
         if faults is None:
             return None
@@ -146,7 +164,9 @@ class RunWatch:
     def evidence(self) -> list[CliffEvidence]:
         out = []
         if self._swap is not None:
-            out.append(_red(1, "swap", self._swap, "of the model's memory in swap, read back as it generates"))
+            swap = self._swap if self._paging_depth is None else _Crossing(self._swap.t, self._paging_depth,
+                                                                           self._swap.amount)
+            out.append(_red(1, "swap", swap, "of the model's memory in swap, read back as it generates"))
         elif self._parked is not None:
             c = self._parked
             out.append(CliffEvidence(1, "info", f"{fmt_bytes(c.amount)} of the model's memory in swap, not read back",
@@ -202,7 +222,7 @@ def cliff_verdict(evidence: list[CliffEvidence], speed: SpeedVerdict | None) -> 
             else:
                 text += "; decode slowed faster than linear in depth with it"
             # a cache paged out as it was created bites where the cells in use no longer fit
-            depth = knee if knee is not None and (depth is None or knee > depth) else depth
+            depth = knee if knee is not None and not depth else depth
         return CliffVerdict("red", text, first.tier, depth, tuple(items))
     if speed is not None and speed.level == "amber":
         return CliffVerdict("amber", speed.text, None, speed.knee_depth, tuple(items))

@@ -8,6 +8,8 @@ SWAP_SPILL_BYTES = 64 * MiB
 # ... and only a cliff while the model reads its pages back: this many major faults a second of
 # generating (4 KiB each). Pages put in swap as the cache was created and left there cost nothing.
 SWAP_IN_FAULTS_PER_S = 256.0
+# Where a decode window counted its own faults: this many a token (256 KiB read back per token).
+SWAP_IN_FAULTS_PER_TOKEN = 64.0
 
 # Sign 2: system RAM "rising" over a sliding window.
 RAM_TREND_WINDOW_S = 20.0

@@ -35,6 +35,7 @@ from cliff_tui.events import (
 )
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.sampler import Sampler, SamplerThread
+from cliff_tui.probes.system import read_major_faults
 from cliff_tui.units import fmt_bytes
 
 Publish = Callable[[object], None]
@@ -45,7 +46,7 @@ QUANTISED = {t for t in CACHE_TYPE_BYTES if t.startswith(("q", "iq"))}
 class RunOptions:
     run_id: str = ""
     probes: int = 7
-    probe_tokens: int = 8
+    probe_tokens: int = 6
     baseline_tokens: int = 32
     window_tokens: int = 8
     state_in: str | None = None
@@ -180,7 +181,7 @@ class Run:
         prompt = model.tokenize(MINIMAL_PROMPT, add_bos=True)
         context.decode(prompt)
         n = min(self.options.baseline_tokens, max(2, self.settings.n_gen))
-        durations = self._generate(model, context, n, "baseline", emit_text=False)
+        durations, _ = self._generate(model, context, n, "baseline", emit_text=False)
         rate = _steady_rate(durations)
         return rate, DecodePoint(depth=len(prompt), ms_per_token=1000 / rate, n_tokens=n, phase="baseline")
 
@@ -227,26 +228,31 @@ class Run:
         return started_from, prefill_rate, points
 
     def _probe(self, model: LoadedModel, context: Context, depth: int) -> DecodePoint:
-        durations = self._generate(model, context, self.options.probe_tokens, "probe", emit_text=False)
+        durations, faults = self._generate(model, context, self.options.probe_tokens, "probe", emit_text=False)
         context.truncate(depth)
-        return DecodePoint(depth=depth, ms_per_token=_window_ms(durations), n_tokens=len(durations), phase="probe")
+        return DecodePoint(depth=depth, ms_per_token=_window_ms(durations), n_tokens=len(durations), phase="probe",
+                           major_faults=_total(faults))
 
     def _decode_at_depth(self, model: LoadedModel, context: Context) -> tuple[float | None, list[DecodePoint]]:
         self._progress("decode", self.settings.depth, force=True)
-        durations = self._generate(model, context, self.settings.n_gen, "depth", emit_text=True)
+        durations, faults = self._generate(model, context, self.settings.n_gen, "depth", emit_text=True)
         w = self.options.window_tokens
         points = [DecodePoint(depth=self.settings.depth + i, ms_per_token=_window_ms(durations[i:i + w]),
-                              n_tokens=len(durations[i:i + w]), phase="depth")
-                  for i in range(0, len(durations), w)]
+                              n_tokens=len(durations[i:i + w]), phase="depth", major_faults=window_faults)
+                  for i, window_faults in zip(range(0, len(durations), w), faults)]
         return _steady_rate(durations), points
 
-    def _generate(self, model: LoadedModel, context: Context, n: int, phase: str, emit_text: bool) -> list[float]:
-        """Greedy decode of ``n`` tokens, one ``llama_decode`` each; per-token wall seconds."""
+    def _generate(self, model: LoadedModel, context: Context, n: int, phase: str,
+                  emit_text: bool) -> tuple[list[float], list[int | None]]:
+        """Greedy decode of ``n`` tokens, one ``llama_decode`` each: per-token wall seconds, and the
+        pages this process read back during each window of them."""
         durations: list[float] = []
+        faults: list[int | None] = []
         window: list[float] = []
         text: list[str] = []
         start_depth = context.used_cells()
         self._check_cancel()
+        faults_before = read_major_faults(os.getpid())
         for i, (token, dt) in enumerate(context.timed_greedy_decode(n)):
             durations.append(dt)
             window.append(dt)
@@ -254,8 +260,13 @@ class Run:
                 text.append(model.piece(token))
             if len(window) == self.options.window_tokens or i == n - 1:
                 rate, spread = window_rate(window)
-                self.publish(DecodeWindow(time.time(), self.run_id, phase, start_depth + i + 1 - len(window),
-                                          len(window), rate, spread))
+                faults_now = read_major_faults(os.getpid())
+                faults.append(None if faults_now is None or faults_before is None else faults_now - faults_before)
+                faults_before = faults_now
+                decoded = DecodeWindow(time.time(), self.run_id, phase, start_depth + i + 1 - len(window),
+                                       len(window), rate, spread, faults[-1])
+                self.tracker.watch.decoded(decoded)
+                self.publish(decoded)
                 if text:
                     self.publish(GeneratedText(time.time(), self.run_id, "".join(text)))
                 window, text = [], []
@@ -263,7 +274,7 @@ class Run:
                     self._progress("decode", start_depth + i + 1, eta_s=(n - i - 1) / rate if rate else None)
             if i < n - 1:
                 self._check_cancel()
-        return durations
+        return durations, faults
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -325,6 +336,10 @@ class Run:
             gpus=t.gpu_deltas(), gpus_reason=base.gpus_reason, elapsed_s=elapsed, started_from_depth=started_from,
             cliff=cliff,
         )
+
+
+def _total(counts: list[int | None]) -> int | None:
+    return None if not counts or None in counts else sum(c for c in counts if c is not None)
 
 
 def _window_ms(durations: list[float]) -> float:
