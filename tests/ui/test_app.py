@@ -256,3 +256,42 @@ async def test_no_color_keeps_every_state_readable(monkeypatch):
         text = screen_text(app)
         assert "✖ 1 spill" in text and "✖ 3 speed" in text  # marks, not only colours
         assert "GPU0 VRAM" in text
+
+
+TRIANGULATION = os.path.join(os.path.dirname(__file__), "..", "data", "smollm2_triangulation.jsonl")
+
+
+async def _replayed_to_the_end(size: tuple[int, int]) -> tuple[CliffApp, str, str]:
+    app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("space", "end")
+        await pilot.pause(0.4)
+        text = screen_text(app)
+        return app, text, text.splitlines()[-1]
+
+
+async def test_the_projection_is_in_view_at_120x40_without_a_key():
+    app, text, footer = await _replayed_to_the_end((120, 40))
+    assert "largest context before the cliff" in text and "System RAM" in text  # pane and tiers at once
+    assert "context (tokens)" in text  # the chart
+    assert " cliff ▕" in text and "tokens before the cliff" in text  # the gauge in the header
+    assert "Projection" not in footer
+
+
+async def test_below_100x30_the_projection_is_one_key_away_and_the_footer_says_which():
+    app, text, footer = await _replayed_to_the_end((90, 26))
+    assert "largest context before the cliff" not in text and "System RAM" in text
+    assert "v Projection" in footer
+
+
+async def test_the_tier_graphs_grow_with_the_rows_the_screen_has():
+    heights = {}
+    for size in ((80, 24), (100, 30), (120, 40)):
+        app = CliffApp("watch", Session(preload=demo.cpu_watch()))
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause(0.3)
+            lines = screen_text(app).splitlines()
+        graph = [line for line in lines if any(ch in line for ch in "▁▂▃▄▅▆▇█")]
+        assert any("zoom" in line for line in graph) and any("cliff ╌" in line for line in graph), size
+        heights[size] = len(graph)
+    assert heights[(80, 24)] < heights[(100, 30)] < heights[(120, 40)]

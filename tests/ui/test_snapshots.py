@@ -27,14 +27,19 @@ def test_gpu_cliff_run_at_120x40(snap_compare):
     assert snap_compare(app, terminal_size=(120, 40))
 
 
-def test_triangulation_pane_replayed_at_the_end(snap_compare):
+async def _to_the_end(pilot) -> None:
+    await pilot.press("space", "end")
+    await pilot.pause(0.3)
+
+
+def test_triangulation_pane_beside_the_tiers_at_200x50(snap_compare):
     app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
+    assert snap_compare(app, terminal_size=(200, 50), run_before=_to_the_end)
 
-    async def to_the_end(pilot):
-        await pilot.press("space", "end")
-        await pilot.pause(0.3)
 
-    assert snap_compare(app, terminal_size=(170, 50), run_before=to_the_end)
+def test_triangulation_pane_below_the_tiers_at_120x40(snap_compare):
+    app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
+    assert snap_compare(app, terminal_size=(120, 40), run_before=_to_the_end)
 
 
 def test_replayed_frame_mid_run_at_100x30(snap_compare):

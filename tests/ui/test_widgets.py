@@ -1,4 +1,4 @@
-"""The dashboard's drawing pieces: the fixed-scale sparkline and the line-API view."""
+"""The dashboard's drawing pieces: the fixed-scale graph and the line-API view."""
 
 from __future__ import annotations
 
@@ -7,24 +7,45 @@ from textual.app import App, ComposeResult
 from textual.geometry import Region
 
 from cliff_tui.ui.render import fit_line
-from cliff_tui.ui.spark import BARS, GAP, FixedSpark
+from cliff_tui.ui.graph import BARS, GAP, MARK, Graph, zoom_range
 from cliff_tui.ui.widgets import LineView
 
 GIB = 2**30
+MIB = 2**20
 
 
-def test_spark_keeps_a_fixed_scale_and_never_hides_a_small_value():
-    spark = FixedSpark([0, 1 * 2**20, 12 * GIB, 24 * GIB, None], 0, 24 * GIB)
-    chars = "".join(char for char, _ in spark.cells(8))
+def test_graph_keeps_a_fixed_scale_and_never_hides_a_small_value():
+    graph = Graph([0, 1 * 2**20, 12 * GIB, 24 * GIB, None], 0, 24 * GIB)
+    chars = "".join(char for char, _ in graph.cells(8)[0])
     assert chars == "   " + " " + BARS[1] + BARS[4] + BARS[8] + GAP
 
 
-def test_spark_groups_cells_of_one_style_into_one_segment():
+def test_graph_groups_cells_of_one_style_into_one_segment():
     red, green = Style(color="red"), Style(color="green")
-    spark = FixedSpark([1, 1, 9, 9, 1], 0, 10, lambda f: red if f > 0.5 else green)
-    segments = spark.segments(5)
+    graph = Graph([1, 1, 9, 9, 1], 0, 10, lambda v: red if v > 5 else green)
+    segments = graph.segments(5)[0]
     assert [(s.text, s.style) for s in segments] == [(BARS[1] * 2, green), (BARS[7] * 2, red), (BARS[1], green)]
     assert sum(s.cell_length for s in segments) == 5
+
+
+def test_a_graph_of_several_rows_stacks_eighths_and_draws_its_mark_where_no_bar_covers_it():
+    graph = Graph([0, 5, 10, 20, 30, 40], 0, 40, mark=30)
+    rows = ["".join(char for char, _ in line) for line in graph.cells(6, rows=4)]
+    assert rows == [
+        "     " + BARS[8],
+        MARK * 4 + BARS[8] * 2,  # the mark at 30 of 40, drawn where the bars stay below it
+        "   " + BARS[8] * 3,
+        " " + BARS[4] + BARS[8] * 4,
+    ]
+
+
+def test_the_zoom_shows_a_small_rise_on_a_big_tier_and_keeps_a_flat_series_flat():
+    lo, hi = zoom_range([700 * MIB, 760 * MIB, 870 * MIB], 16 * MIB)
+    assert 680 * MIB <= lo < 700 * MIB and 870 * MIB < hi <= 890 * MIB
+    rise = Graph([700 * MIB, 870 * MIB], lo, hi).heights(2, rows=4)
+    assert rise[1] - rise[0] >= 24  # three of the four rows, where 0 → 24 GiB shows less than one eighth
+    lo, hi = zoom_range([800 * MIB] * 3, 16 * MIB)
+    assert hi - lo == 16 * MIB and lo == 792 * MIB
 
 
 def test_fit_line_cuts_with_an_ellipsis_only_when_too_wide():

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cliff_tui.analysis.fit import FitTable, MeasuredLine, fit_table, measured_lines
-from cliff_tui.analysis.thresholds import DEFAULT_RESERVE_FRACTION, DEFAULT_RESERVE_MIN_BYTES
+from cliff_tui.analysis.triangulation import default_reserve
 from cliff_tui.errors import BadInput
 from cliff_tui.events import ModelInfo, Sample
 
@@ -33,10 +33,6 @@ def cliff_tier(sample: Sample) -> Tier:
     if sample.cgroup is not None:
         return Tier(sample.cgroup.tier, sample.ram_room_bytes, False)
     return Tier("RAM available", sample.ram.available_bytes, False)
-
-
-def default_reserve(capacity: int) -> int:
-    return max(DEFAULT_RESERVE_MIN_BYTES, int(capacity * DEFAULT_RESERVE_FRACTION))
 
 
 def measured_from_file(path: str) -> tuple[list[MeasuredLine], float | None]:

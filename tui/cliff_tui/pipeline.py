@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.analysis.buffers import kv_device
+from cliff_tui.analysis.buffers import by_kind, kv_device
 from cliff_tui.analysis.cliff import RunWatch, cliff_verdict, memory_sign
+from cliff_tui.analysis.gauge import CliffGauge, CliffRoom, cliff_room, run_gauge
 from cliff_tui.analysis.server_rates import SessionRateMeter, SessionRates
 from cliff_tui.analysis.signs import SignState, SpillBaselines, ram_trend, sign1, sign2, sign3
 from cliff_tui.analysis.speed import classify_speed
@@ -39,6 +40,17 @@ class RunView:
     result: RunResult | None = None
     failure: RunFailed | None = None
     watch: RunWatch = field(default_factory=RunWatch)
+    room: CliffRoom | None = None  # its cliff tier's room, as last seen while it ran
+
+    def gauge(self, triangulation: Triangulation | None) -> CliffGauge | None:
+        """Its context against the largest before the cliff: measured where a triangulation
+        projects one, else from its own KV cells and the room its tier had left."""
+        tokens = self.result.depth if self.result is not None else self.progress.depth if self.progress else 0
+        projection = triangulation.projection if triangulation is not None else None
+        if projection is not None and projection.max_context is not None and len(triangulation.points) >= 2:
+            return CliffGauge(tokens, projection.max_context, projection.tier, "measured")
+        kv = sum(by_kind(self.buffers)["kv"].values())
+        return run_gauge(tokens, self.started.n_ctx, kv, self.room) if self.room is not None else None
 
     @property
     def kv_device(self) -> str | None:
@@ -133,6 +145,8 @@ class Pipeline:
         h = self.history
         h.add("ram.used", s.t, s.ram.used_bytes)
         h.add("swap.used", s.t, s.swap.used_bytes)
+        if s.cgroup is not None:
+            h.add("ram.cgroup", s.t, s.cgroup.usage_bytes)
         for g in s.gpus:
             h.add(f"gpu{g.index}.vram", s.t, g.vram_used_bytes)
             h.add(f"gpu{g.index}.shared", s.t, g.shared_used_bytes)
@@ -142,6 +156,9 @@ class Pipeline:
         if s.process is not None:
             h.add("process.rss", s.t, s.process.total_rss_bytes)
         self._baselines.update(s)
+        running = self.current is not None and not self.current.finished
+        if running and self.current.buffers:
+            self.current.room = cliff_room(s, self.current.kv_device)
         watch = self.current.watch if self.current is not None and not self.current.finished else self._watch
         progress = self.current.progress if self.current is not None else None
         watch.observe(s, progress.depth if progress else None, self.generating)
@@ -287,6 +304,13 @@ class Pipeline:
         self.target = target
         self._triangulations = None
         self.version = next(self.changes)
+
+    def gauge(self) -> CliffGauge | None:
+        """The current run's cliff gauge (none without a run)."""
+        view = self.current
+        if view is None:
+            return None
+        return view.gauge(self.triangulations().get(view.started.settings.cache_label))
 
     def triangulations(self) -> dict[str, Triangulation]:
         """One triangulation per KV cache type, over the runs finished so far."""

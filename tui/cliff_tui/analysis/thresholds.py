@@ -41,6 +41,9 @@ ALLOCATED_FLOOR_PCT = 0.5
 DEFAULT_RESERVE_FRACTION = 0.05
 DEFAULT_RESERVE_MIN_BYTES = 256 * MiB
 
+# The cliff gauge turns amber at this share of the largest context before the cliff.
+GAUGE_AMBER = 0.9
+
 # Colour bands of a tier's fill in the sparklines.
 FILL_AMBER = 0.80
 FILL_RED = 0.95

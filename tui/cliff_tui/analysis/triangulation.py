@@ -240,9 +240,12 @@ def capacity_for(kv_device: str | None, plan: TriangulationPlanned | None, reser
         tier = f"GPU{gpu} dedicated VRAM"
     if total is None:
         return Capacity(tier, None, reserve)
-    if reserve is None:
-        reserve = max(th.DEFAULT_RESERVE_MIN_BYTES, int(total * th.DEFAULT_RESERVE_FRACTION))
-    return Capacity(tier, total, reserve)
+    return Capacity(tier, total, default_reserve(total) if reserve is None else reserve)
+
+
+def default_reserve(capacity: int) -> int:
+    """What to keep free on the cliff tier unless the user says otherwise."""
+    return max(th.DEFAULT_RESERVE_MIN_BYTES, int(capacity * th.DEFAULT_RESERVE_FRACTION))
 
 
 def triangulate(

@@ -19,6 +19,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.scalar import Unit
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
@@ -34,7 +35,8 @@ from cliff_tui.ui.widgets import LineView, PanelView
 # The modal screens are imported where they are first used: a replay starts that much sooner.
 
 NO_VRAM = "novram"  # the key of the dashboard's one wrapped text line, not a tier
-WIDE = 150  # columns from which the projection pane sits beside the dashboard
+WIDE = 150  # columns from which the projection pane sits beside the tiers
+STACKED = (100, 30)  # from this size it sits below them; on a smaller screen `v` switches to it
 
 
 class CliffApp(App):
@@ -47,7 +49,7 @@ class CliffApp(App):
         Binding("question_mark", "help", "Help", key_display="?", tooltip="this help"),
         Binding("l", "log", "Log", tooltip="cliff-tui's notices and llama.cpp's raw log"),
         Binding("r", "record", "Record", tooltip="start/stop recording to a timestamped file"),
-        Binding("v", "view", "Projection", show=False, tooltip="dashboard ⇄ projection (narrow screens)"),
+        Binding("v", "view", "Projection", tooltip="dashboard ⇄ projection (screens below 100×30)"),
         Binding("t", "target", "Target", show=False, tooltip="projection target"),
         Binding("space", "play", "Play", show=False, tooltip="replay: play/pause"),
         Binding("s", "speed", "Speed", show=False, tooltip="replay: speed ×1/×4/×16"),
@@ -70,6 +72,7 @@ class CliffApp(App):
         self._drawn: object = None
         self._panel_ids: list[str] = []
         self._rebuilding = False
+        self._switching = False  # the projection has content but is out of view: `v` shows it
         self.session.alert_listeners.append(self._notify_alert)
 
     @property
@@ -81,6 +84,7 @@ class CliffApp(App):
 
     def compose(self) -> ComposeResult:
         yield PanelView(id="title")
+        yield LineView(id="gauge")
         yield LineView(id="signs")
         yield LineView(id="notice")
         with Horizontal(id="body"):
@@ -96,23 +100,31 @@ class CliffApp(App):
         if self.session.job is not None:
             self._run_job()
         self.set_interval(min(self.session.interval, 0.25), self._tick)
-        self._layout_for(self.size.width)
+        self._layout_for(self.size)
         await self._rebuild_panels(self._wanted_panel_ids())  # the first frame without a round trip
 
     def on_resize(self, event: Any) -> None:
-        self._layout_for(event.size.width)
+        self._layout_for(event.size)
 
-    def _layout_for(self, width: int) -> None:
-        projection = self.query_one("#projection")
-        dash = self.query_one("#dash")
-        if not self._has_projection():
-            _set_display(projection, False)
-            _set_display(dash, True)
-            return
-        wide = width >= WIDE
-        _set_display(dash, wide or self.narrow_view == "dash")
-        _set_display(projection, wide or self.narrow_view == "projection")
-        projection.set_class(not wide, "full")
+    def _layout_for(self, size: Any) -> None:
+        """The projection beside the tiers on a wide screen, below them from 100×30, else one
+        of the two at a time (`v`)."""
+        projection, dash, body = self.query_one("#projection"), self.query_one("#dash"), self.query_one("#body")
+        has = self._has_projection()
+        stacked = has and size.width < WIDE and size.width >= STACKED[0] and size.height >= STACKED[1]
+        in_view = has and (size.width >= WIDE or stacked)
+        body.set_class(stacked, "stacked")
+        _set_display(dash, not has or in_view or self.narrow_view == "dash")
+        _set_display(projection, in_view or (has and self.narrow_view == "projection"))
+        projection.set_class(has and not in_view, "full")
+        if (has and not in_view) != self._switching:
+            self._switching = has and not in_view
+            self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "view":
+            return self._switching  # in the footer only where the projection is out of view
+        return True
 
     def _has_projection(self) -> bool:
         return self.mode == "triangulate" or bool(self.pipeline.plan or len(self.pipeline.results) > 1)
@@ -152,7 +164,8 @@ class CliffApp(App):
     def _draw(self) -> None:
         p = self.pipeline
         player = self.session.player
-        version = (id(p), p.version, self.size.width, self.size.height, self.paused, self.session.recorder is not None,
+        version = (id(p), p.version, self.size.width, self.size.height, self.query_one("#dash").size.height,
+                   self.paused, self.session.recorder is not None,
                    player and (player.cursor, player.playing, player.speed, round(player.position, 1)))
         if version == self._drawn:
             return
@@ -160,6 +173,10 @@ class CliffApp(App):
         title = self._title()
         # one line: a long model name is cut at the edge, never wrapped out of sight
         self.query_one("#title", PanelView).show(title, lambda: Text(inert(title), no_wrap=True, overflow="ellipsis"), 1)
+        gauge = render.gauge_line(p)
+        gauge_view = self.query_one("#gauge", LineView)
+        _set_display(gauge_view, bool(gauge))
+        _show_line(gauge_view, gauge)
         _show_line(self.query_one("#signs", LineView), render.signs_line(p.signs))
         notice = render.notice_line(p)
         notice_view = self.query_one("#notice", LineView)
@@ -169,14 +186,30 @@ class CliffApp(App):
         _show_line(self.query_one("#progress", LineView), self._progress_line())
         self._draw_error()
         if self._has_projection():
-            self._layout_for(self.size.width)
+            self._layout_for(self.size)
             self._draw_projection()
 
     def _wanted_panels(self) -> list[tuple[str, Any]]:
         hint = "" if self.mode in ("run", "triangulate", "attach", "replay") else render.NO_SOURCE
         panels = render.panels(self.pipeline, hint or "waiting for tokens…")
         line = render.no_vram_line(self.pipeline.latest)
-        return ([(NO_VRAM, line)] if line else []) + [(panel.key, panel) for panel in panels]
+        rows = self._graph_rows(panels, 2 if line else 0)
+        return ([(NO_VRAM, line)] if line else []) + [(panel.key, panel) for panel in render.with_rows(panels, rows)]
+
+    def _graph_rows(self, panels: list[render.Panel], taken: int) -> int:
+        """The tiers' graphs grow with the rows the dashboard has; below the projection the
+        tiers keep one row each and give it the rest."""
+        dash = self.query_one("#dash")
+        if self.query_one("#body").has_class("stacked"):
+            rows = 1
+            height = taken + sum(panel.n_lines for panel in render.with_rows(panels, rows))
+            if dash.styles.height is None or dash.styles.height.value != height:
+                dash.styles.height = height
+            return rows
+        if dash.styles.height is not None and dash.styles.height.unit != Unit.FRACTION:  # set while stacked
+            dash.styles.height = "1fr"
+        height = dash.size.height or self.size.height - 6
+        return render.graph_rows(height - taken, panels)
 
     def _wanted_panel_ids(self) -> list[str]:
         return [f"panel-{key}" for key, _ in self._wanted_panels()]
@@ -212,7 +245,10 @@ class CliffApp(App):
         width = max(40, self.query_one("#projection").size.width - 2)
         key = (len(self.pipeline.results), len(self.pipeline.failures), self.pipeline.target, width,
                self.pipeline.plan)
-        view.show(key, lambda: projection_view.pane(self.pipeline, width, chart_height=14, color=not self.no_color))
+        chart_height = min(14, max(8, self.query_one("#projection").size.height - 12))
+        key = (*key, chart_height)
+        view.show(key, lambda: projection_view.pane(self.pipeline, width, chart_height=chart_height,
+                                                    color=not self.no_color))
 
     def _draw_error(self) -> None:
         error = self.query_one("#error", PanelView)
@@ -270,7 +306,7 @@ class CliffApp(App):
 
     def action_view(self) -> None:
         self.narrow_view = "projection" if self.narrow_view == "dash" else "dash"
-        self._layout_for(self.size.width)
+        self._layout_for(self.size)
 
     def action_target(self) -> None:
         from cliff_tui.ui.screens import TargetScreen

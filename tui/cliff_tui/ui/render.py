@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from rich.segment import Segment
 from rich.style import Style
@@ -12,8 +12,9 @@ from cliff_tui.analysis.signs import SignState
 from cliff_tui.events import GpuReading, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import inert
-from cliff_tui.ui.spark import FixedSpark
-from cliff_tui.units import fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
+from cliff_tui.analysis.triangulation import default_reserve
+from cliff_tui.ui.graph import Graph, zoom_range
+from cliff_tui.units import MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
 
 GREEN, AMBER, RED, DIM = Style(color="green"), Style(color="yellow"), Style(color="red"), Style(dim=True)
 BOLD = Style(bold=True)
@@ -33,31 +34,100 @@ def fill_style(fraction: float) -> Style:
 
 
 @dataclass(frozen=True)
+class Scaled:
+    """A graph with the labels of its scale: the top and bottom values, and what the scale is."""
+
+    graph: Graph
+    top: str
+    bottom: str
+    caption: str
+
+    def label(self, row: int, rows: int) -> str:
+        if rows == 1:
+            return f"{self.bottom}–{self.top} {self.caption}"
+        if row == 0:
+            return self.top
+        if row == rows - 1:
+            return self.bottom
+        return self.caption if row == rows // 2 else ""
+
+
+@dataclass(frozen=True)
 class Panel:
-    """One tier: a headline, a fixed-scale sparkline, a note."""
+    """One tier: a headline, its history on its capacity's scale and zoomed to the session's
+    range (each labelled), a note."""
 
     key: str
     title: str
     value: str
-    spark: FixedSpark | None
+    graphs: tuple[Scaled, ...] = ()
     note: str = ""
     note_style: Style = DIM
     version: int = 0  # how many points its series has ever had
+    rows: int = 1  # of graph
 
     @property
     def content_key(self) -> tuple:
         """Equal keys draw equal panels: the app repaints a panel only when its key changes."""
-        return (self.title, self.value, self.note, str(self.note_style), self.version)
+        return (self.title, self.value, self.note, str(self.note_style), self.version, self.rows)
+
+    @property
+    def n_lines(self) -> int:
+        return 1 + (self.rows if self.graphs else 0) + (1 if self.note else 0)
 
     def segment_lines(self, width: int) -> list[list[Segment]]:
         """Its lines as segments cropped to ``width``: the panel widget draws them without a Rich
         layout pass (a panel repaints 4 times a second)."""
         lines = [fit_line([(self.title, BOLD), ("  " + self.value, None)], width)]
-        if self.spark is not None:
-            lines.append(self.spark.segments(width))
+        lines += _graph_lines(self.graphs, width, self.rows)
         if self.note:
             lines.append(fit_line([(self.note, self.note_style)], width))
         return lines
+
+
+GRAPH_GAP = 2
+TWO_GRAPHS_MIN_WIDTH = 60  # narrower: the zoomed graph alone (the headline says how full the tier is)
+
+
+def _graph_lines(graphs: tuple[Scaled, ...], width: int, rows: int) -> list[list[Segment]]:
+    if not graphs:
+        return []
+    if width < TWO_GRAPHS_MIN_WIDTH:
+        graphs = graphs[-1:]
+    label_widths = [max(len(g.label(r, rows)) for r in range(rows)) + 1 for g in graphs]
+    room = max(0, width - sum(label_widths) - GRAPH_GAP * (len(graphs) - 1))
+    # the capacity's graph a third of the room, the zoom the rest
+    widths = [room] if len(graphs) == 1 else [room // 3, room - room // 3]
+    blocks = [g.graph.segments(w, rows) for g, w in zip(graphs, widths)]
+    lines = []
+    for row in range(rows):
+        line: list[Segment] = []
+        for i, (g, block) in enumerate(zip(graphs, blocks)):
+            if i:
+                line.append(Segment(" " * GRAPH_GAP))
+            line += block[row]
+            line.append(Segment(" " + g.label(row, rows).ljust(label_widths[i] - 1), DIM))
+        lines.append(fit_line_segments(line, width))
+    return lines
+
+
+def graph_rows(height: int, panels: list["Panel"], most: int = 24) -> int:
+    """Rows of graph per tier so that the tiers fill ``height`` lines, at least one."""
+    graphed = sum(1 for panel in panels if panel.graphs)
+    fixed = sum(panel.n_lines - (panel.rows if panel.graphs else 0) for panel in panels)
+    if not graphed:
+        return 1
+    return max(1, min(most, (height - fixed) // graphed))
+
+
+def with_rows(panels: list["Panel"], rows: int) -> list["Panel"]:
+    return [replace(panel, rows=rows) for panel in panels]
+
+
+def fit_line_segments(segments: list[Segment], width: int) -> list[Segment]:
+    if sum(segment.cell_length for segment in segments) <= width:
+        return segments
+    return Segment.adjust_line_length(segments, width)
 
 
 def fit_line(parts: Parts, width: int) -> list[Segment]:
@@ -95,8 +165,24 @@ def no_vram_line(s: Sample | None) -> str:
     return f"No VRAM tier: {s.gpus_reason}"
 
 
-def _spark(p: Pipeline, name: str, hi: float | None, width: int = 512) -> FixedSpark:
-    return FixedSpark(p.history.get(name).tail(width), 0, hi or 1, fill_style, DIM)
+def _byte_graphs(p: Pipeline, name: str, capacity: int | None, cliff: bool = False,
+                 width: int = 512) -> tuple[Scaled, ...]:
+    """A byte series on its tier's scale (the cliff line on it where this is the cliff tier) and
+    zoomed around the session's own range."""
+    values = p.history.get(name).tail(width)
+    out = []
+    if capacity:
+        mark = capacity - default_reserve(capacity) if cliff else None
+        style = lambda v: fill_style(v / capacity)  # noqa: E731
+        out.append(Scaled(Graph(values, 0, capacity, style, DIM, mark), fmt_bytes(capacity), "0",
+                          "cliff ╌" if mark is not None else "capacity"))
+    lo, hi = zoom_range(values, ZOOM_MIN_SPAN)
+    style = (lambda v: fill_style(v / capacity)) if capacity else None  # noqa: E731
+    out.append(Scaled(Graph(values, lo, hi, style, DIM), fmt_bytes(hi), fmt_bytes(lo), "zoom"))
+    return tuple(out)
+
+
+ZOOM_MIN_SPAN = 16 * MiB
 
 
 def _version(p: Pipeline, name: str) -> int:
@@ -124,7 +210,7 @@ def _vram_panel(p: Pipeline, g: GpuReading) -> Panel:
         style = AMBER
     if used is None:
         note, style = g.reasons.get("vram_used_bytes", "n/a"), AMBER
-    return Panel(f"gpu{g.index}", f"GPU{g.index} VRAM", f"{value}  · {g.name}", _spark(p, f"gpu{g.index}.vram", total),
+    return Panel(f"gpu{g.index}", f"GPU{g.index} VRAM", f"{value}  · {g.name}", _byte_graphs(p, f"gpu{g.index}.vram", total, cliff=True),
                  note, style, _version(p, f"gpu{g.index}.vram"))
 
 
@@ -139,7 +225,7 @@ def _shared_panel(p: Pipeline, s: Sample) -> Panel:
     value = f"{fmt_bytes(g.shared_used_bytes)}" + (f" / {fmt_bytes(g.shared_total_bytes)}" if g.shared_total_bytes else "")
     sign = p.signs.get(1)
     note, style = (sign.detail, _level_style(sign.level)) if sign else ("", DIM)
-    return Panel("shared", f"Shared VRAM (GPU{g.index})", value, _spark(p, f"gpu{g.index}.shared", hi), note, style,
+    return Panel("shared", f"Shared VRAM (GPU{g.index})", value, _byte_graphs(p, f"gpu{g.index}.shared", hi), note, style,
                  _version(p, f"gpu{g.index}.shared"))
 
 
@@ -150,10 +236,11 @@ def _ram_panel(p: Pipeline, s: Sample) -> Panel:
     if cg is not None and cg.usage_bytes is not None:
         value = f"{fmt_bytes(cg.usage_bytes)} / {fmt_bytes(cg.limit_bytes)}  {cg.usage_bytes / cg.limit_bytes:.0%}" \
                 f"  · the machine has {fmt_bytes(r.total_bytes)}"
-        return Panel("ram", cg.tier, value, _spark(p, "ram.used", r.total_bytes), note, style, _version(p, "ram.used"))
+        return Panel("ram", cg.tier, value, _byte_graphs(p, "ram.cgroup", cg.limit_bytes, cliff=not s.gpus), note,
+                     style, _version(p, "ram.cgroup"))
     value = f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {r.used_bytes / r.total_bytes:.0%}" \
             f"  · available {fmt_bytes(r.available_bytes)}"
-    return Panel("ram", "System RAM", value, _spark(p, "ram.used", r.total_bytes), note, style,
+    return Panel("ram", "System RAM", value, _byte_graphs(p, "ram.used", r.total_bytes, cliff=not s.gpus), note, style,
                  _version(p, "ram.used"))
 
 
@@ -166,7 +253,7 @@ def _swap_panel(p: Pipeline, s: Sample) -> Panel:
     note, style = "", DIM
     if not s.gpus and (sign := p.signs.get(1)) is not None:
         note, style = sign.detail, _level_style(sign.level)
-    return Panel("swap", "Swap", value, _spark(p, "swap.used", sw.total_bytes), note, style, _version(p, "swap.used"))
+    return Panel("swap", "Swap", value, _byte_graphs(p, "swap.used", sw.total_bytes), note, style, _version(p, "swap.used"))
 
 
 def _process_panel(p: Pipeline, s: Sample) -> Panel:
@@ -179,7 +266,7 @@ def _process_panel(p: Pipeline, s: Sample) -> Panel:
     if proc.gpu_used_bytes is not None:
         value += f"  · GPU {fmt_bytes(proc.gpu_used_bytes)}"
     return Panel("proc", f"PID {proc.pid} {proc.name or ''}".rstrip(" "), value,
-                 _spark(p, "process.rss", s.ram.total_bytes), version=_version(p, "process.rss"))
+                 _byte_graphs(p, "process.rss", s.ram_capacity_bytes), version=_version(p, "process.rss"))
 
 
 def _tokens_panel(p: Pipeline, hint: str) -> Panel:
@@ -188,7 +275,7 @@ def _tokens_panel(p: Pipeline, hint: str) -> Panel:
         return Panel("tok", "Tokens/s", "–", None, hint)
     values = [v for v in series.values if v is not None]
     hi = max(values) * 1.15 if values else 1
-    spark = FixedSpark(series.tail(512), 0, hi, None, Style(color="cyan"))
+    graph = Scaled(Graph(series.tail(512), 0, hi, None, Style(color="cyan")), f"{fmt_tok_s(hi)} tok/s", "0", "")
     verdict = p.speed_verdict()
     now = fmt_tok_s(series.last)
     value = f"{now} tok/s"
@@ -200,7 +287,7 @@ def _tokens_panel(p: Pipeline, hint: str) -> Panel:
             value += f" ({-verdict.raw_drop_pct:+.0f}% raw)"
     sign = p.signs.get(3)
     note = sign.detail if sign and verdict else "measuring…"
-    return Panel("tok", "Tokens/s", value, spark, note, _level_style(sign.level) if sign else DIM, series.appended)
+    return Panel("tok", "Tokens/s", value, (graph,), note, _level_style(sign.level) if sign else DIM, series.appended)
 
 
 def _level_style(level: str) -> Style:
@@ -219,6 +306,32 @@ def signs_line(signs: dict[int, SignState]) -> Parts:
         parts += [(f" {mark} ", style + BOLD), (f"{n} {names[n]}: ", BOLD),
                   (state.headline, style if state.level in ("amber", "red") else None), ("  ", None)]
     return parts
+
+
+GAUGE_CELLS = 20
+
+
+def gauge_line(p: Pipeline) -> Parts:
+    """The cliff gauge: the context now against the largest before the cliff, as a bar."""
+    gauge = p.gauge()
+    if gauge is None:
+        return []
+    style = {"ok": GREEN, "amber": AMBER, "red": RED}[gauge.level]
+    filled = min(GAUGE_CELLS, round(gauge.fraction * GAUGE_CELLS))
+    if gauge.tokens > 0:
+        filled = max(filled, 1)
+    source = "measured" if gauge.source == "measured" else "from this run's KV cache"
+    return [(" cliff ", BOLD), ("▕", DIM), ("█" * filled, style), ("░" * (GAUGE_CELLS - filled), DIM), ("▏ ", DIM),
+            (f"{gauge.tokens:,} tokens: past the cliff at ~{_about(gauge.max_context):,}" if gauge.level == "red"
+             else f"{gauge.tokens:,} of ~{_about(gauge.max_context):,} tokens before the cliff", style),
+            (f" · {gauge.fraction:.0%}" if gauge.fraction >= 0.01 or not gauge.tokens else " · <1%", style),
+            (f"  on {gauge.tier} ({source})", DIM)]
+
+
+def _about(n: int) -> int:
+    """``n`` to three significant figures: the largest context is an estimate."""
+    digits = max(0, len(str(n)) - 3)
+    return int(round(n, -digits))
 
 
 def notice_line(p: Pipeline) -> Parts:

@@ -1,0 +1,65 @@
+"""The cliff gauge: the context in use now against the largest context before the cliff.
+
+The largest context comes from a triangulation's projection where one was measured (the cliff
+tier's capacity minus the reserve, over the measured bytes per token), else from the run in
+progress: its KV cache's bytes per cell and the room its cliff tier has left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from cliff_tui.analysis import thresholds as th
+from cliff_tui.analysis.triangulation import default_reserve, gpu_index_of
+from cliff_tui.events import Sample
+
+GaugeSource = Literal["measured", "this run"]
+GaugeLevel = Literal["ok", "amber", "red"]
+
+
+@dataclass(frozen=True)
+class CliffGauge:
+    tokens: int  # cells in use now (a run's depth, a server slot's tokens)
+    max_context: int  # the largest context before the cliff
+    tier: str
+    source: GaugeSource
+
+    @property
+    def fraction(self) -> float:
+        return self.tokens / self.max_context if self.max_context > 0 else 1.0
+
+    @property
+    def level(self) -> GaugeLevel:
+        """Red past the cliff line (into the reserve), amber as it nears it."""
+        if self.fraction >= 1.0:
+            return "red"
+        return "amber" if self.fraction >= th.GAUGE_AMBER else "ok"
+
+
+@dataclass(frozen=True)
+class CliffRoom:
+    tier: str
+    capacity_bytes: int
+    free_bytes: int
+
+
+def cliff_room(sample: Sample, kv_device: str | None) -> CliffRoom | None:
+    """The tier the KV cache sits on and what it has left: a GPU's dedicated VRAM, else RAM (the
+    cgroup's limit where one applies)."""
+    gpu = gpu_index_of(kv_device)
+    for g in sample.gpus:
+        if g.index == gpu and g.vram_total_bytes and g.vram_used_bytes is not None:
+            return CliffRoom(f"GPU{g.index} dedicated VRAM", g.vram_total_bytes, g.vram_total_bytes - g.vram_used_bytes)
+    tier = sample.cgroup.tier if sample.cgroup is not None else "RAM"
+    return CliffRoom(tier, sample.ram_capacity_bytes, sample.ram_room_bytes)
+
+
+def run_gauge(tokens: int, n_ctx: int, kv_bytes: int, room: CliffRoom) -> CliffGauge | None:
+    """A run's context against the largest it could have allocated on its tier now: its own
+    cells plus as many more as the room left above the reserve holds."""
+    if n_ctx <= 0 or kv_bytes <= 0:
+        return None
+    per_cell = kv_bytes / n_ctx
+    more = (room.free_bytes - default_reserve(room.capacity_bytes)) / per_cell
+    return CliffGauge(tokens, max(0, int(n_ctx + more)), room.tier, "this run")
