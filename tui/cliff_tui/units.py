@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 KiB = 1024
 MiB = 1024**2
 GiB = 1024**3
 
+_UNIT_SIZES = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB}
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": KiB, "kb": KiB, "kib": KiB, "m": MiB, "mb": MiB, "mib": MiB,
                "g": GiB, "gb": GiB, "gib": GiB, "t": 1024 * GiB, "tb": 1024 * GiB, "tib": 1024 * GiB}
@@ -24,6 +26,11 @@ def fmt_bytes(n: float | None, na: str = "n/a") -> str:
             digits = 2 if value < 10 else 1 if value < 100 else 0
             return f"{sign}{value:.{digits}f} {unit}"
     return f"{sign}{int(n)} B"
+
+
+def fmt_bytes_in(n: float, unit: Literal["B", "KiB", "MiB", "GiB"]) -> str:
+    """``n`` in one given unit, without trailing zeros: ``1.5 GiB``, ``256 MiB`` (an axis's tick labels)."""
+    return f"{round(n / _UNIT_SIZES[unit], 6):g} {unit}"
 
 
 def fmt_rate(bytes_per_s: float | None, na: str = "n/a") -> str:
@@ -53,6 +60,16 @@ def fmt_duration(seconds: float | None, na: str = "–") -> str:
     if m:
         return f"{m}m{s:02d}s"
     return f"{s}s"
+
+
+def fmt_tokens(n: float) -> str:
+    """A token count in three significant digits: 8000 → ``8k``, 41,472 → ``41.5k``, 1,000,000 → ``1M``
+    (k is 1000, as in :func:`parse_tokens`)."""
+    value = float(f"{n:.3g}")
+    for suffix, size in (("M", 1_000_000), ("k", 1000)):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{suffix}"
+    return f"{value:g}"
 
 
 def parse_tokens(text: str) -> int:

@@ -49,6 +49,12 @@ class Slope:
     intercept_bytes: float | None
     pairwise: tuple[float, ...] = ()
 
+    def at(self, n_ctx: float) -> float | None:
+        """The line's bytes at ``n_ctx``; None without a line."""
+        if self.bytes_per_token is None or self.intercept_bytes is None:
+            return None
+        return self.intercept_bytes + n_ctx * self.bytes_per_token
+
     @property
     def kib_per_token(self) -> float | None:
         return None if self.bytes_per_token is None else self.bytes_per_token / 1024

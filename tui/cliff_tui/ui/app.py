@@ -165,7 +165,7 @@ class CliffApp(App):
         p = self.pipeline
         player = self.session.player
         version = (id(p), p.version, self.size.width, self.size.height, self.query_one("#dash").size.height,
-                   self.paused, self.session.recorder is not None,
+                   self.paused, self.narrow_view, self.session.recorder is not None,
                    player and (player.cursor, player.playing, player.speed, round(player.position, 1)))
         if version == self._drawn:
             return
@@ -245,7 +245,7 @@ class CliffApp(App):
         width = max(40, self.query_one("#projection").size.width - 2)
         key = (len(self.pipeline.results), len(self.pipeline.failures), self.pipeline.target, width,
                self.pipeline.plan)
-        chart_height = min(14, max(8, self.query_one("#projection").size.height - 12))
+        chart_height = min(24, max(8, self.query_one("#projection").size.height - 12))
         key = (*key, chart_height)
         view.show(key, lambda: projection_view.pane(self.pipeline, width, chart_height=chart_height,
                                                     color=not self.no_color))
