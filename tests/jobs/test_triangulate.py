@@ -3,6 +3,7 @@ a failed allocation as a data point, KV types side by side, and replay parity.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -115,3 +116,29 @@ def test_bad_depths_and_kv_types_exit_2(tiny_model):
     for args in (["--depths", "abc"], ["--compare-kv", "f16,q9_9"], ["--depths", "0"]):
         proc = cli("triangulate", "-m", str(tiny_model), "--headless", *args)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_a_measured_prefill_refits_what_grows_with_depth():
+    calibrated = PrefillProfile(p=1 / 200, q=1e-7, a=0.01, b=1e-6, load_s=0.5)
+    truth = PrefillProfile(p=1 / 200, q=1.5e-6, a=0.01, b=1e-6, load_s=0.5)
+    refit = calibrated.with_prefill(2_000, 6_000, truth.prefill_seconds(2_000, 6_000))
+    assert refit.q == pytest.approx(truth.q) and refit.p == calibrated.p
+    assert calibrated.with_prefill(0, 6_000, 1.0).q == calibrated.q  # faster than calibrated: kept
+
+
+def test_a_point_slower_than_the_calibration_says_the_new_estimate(recorded):
+    _, path = recorded
+    result = replay_all(open_recording(path)).results[0]
+    job = TriangulateJob(result.settings, depths=None, target=None, reserve=None, kv_types=[("f16", "f16")])
+    job.depths = [2_048, 4_096, 8_192]
+    job.profile = PrefillProfile(p=1 / 200, q=0.0, a=0.01, b=0.0, load_s=0.1)
+    job.promised_s = estimate_seconds(job.profile, job.depths, job.base.n_gen, chain=True)
+    notices: list = []
+    on_time = dataclasses.replace(result, depth=2_048, started_from_depth=0, prefill_tok_s=200.0)
+    job._revise_estimate(on_time, job.depths[1:], 0, notices.append)
+    assert notices == []
+    slow = dataclasses.replace(on_time, prefill_tok_s=60.0)
+    job._revise_estimate(slow, job.depths[1:], 0, notices.append)
+    assert len(notices) == 1 and notices[0].level == "warning"
+    assert "will take about" in notices[0].text and "ran at 60 tok/s where the calibration predicted 200" \
+        in notices[0].text, notices[0].text

@@ -8,6 +8,7 @@ runs one :class:`Run` or the calibration, and sends every event back over a pipe
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import sys
 import threading
@@ -41,6 +42,16 @@ class PrefillProfile:
 
     def prefill_tok_s(self, depth: int) -> float:
         return 1.0 / (self.p + self.q * depth)
+
+    def with_prefill(self, start: int, end: int, seconds: float) -> PrefillProfile:
+        """The profile with its depth term refitted to a measured prefill of ``start → end``
+        (its shallow cost kept): a short calibration sees the least of what grows with depth,
+        so a measured prefill that ran slower raises it, never lowers it."""
+        span = end * end - start * start
+        if span <= 0 or seconds <= 0:
+            return self
+        q = 2 * (seconds - self.p * (end - start)) / span
+        return dataclasses.replace(self, q=max(self.q, q))
 
 
 # --- child side -------------------------------------------------------------------------------

@@ -32,14 +32,16 @@ from cliff_tui.probes.sampler import Sampler
 from cliff_tui.units import fmt_duration
 
 DEFAULT_DEPTHS = (16_000, 32_000, 65_000)
+OVERSHOOT = 1.25  # a triangulation this much longer than it said it would take says so
 MIN_DEEPEST = 1024
 DEPTH_STEP = 256
 
 
 def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, chain: bool,
-                     options: RunOptions = RunOptions()) -> float:
-    """Wall time of a triangulation from the measured cost model (both designs, for the README)."""
-    total, reached = 0.0, 0
+                     options: RunOptions = RunOptions(), reached: int = 0) -> float:
+    """Wall time of a triangulation from the measured cost model (both designs, for the README);
+    ``reached``: the depth a chained triangulation has already prefilled to."""
+    total = 0.0
     probes = options.probes
     for depth in sorted(depths):
         start = reached if chain else 0
@@ -106,6 +108,9 @@ class TriangulateJob:
         self.chain = chain
         self.options = options or RunOptions()
         self.depths: list[int] = list(self.requested_depths or DEFAULT_DEPTHS)
+        self.profile: PrefillProfile | None = None  # the calibration's cost model, refitted as points finish
+        self.promised_s: float | None = None  # the time it said it would take
+        self._t0 = time.monotonic()
         shown = ",".join(f"{d:,}" for d in self.depths) if self.requested_depths else "adaptive"
         self.title = f"depths {shown}"
 
@@ -126,8 +131,9 @@ class TriangulateJob:
             ram_available_bytes=first.ram_room_bytes,
             ram_tier=first.cgroup.tier if first.cgroup is not None else "RAM (swap beyond)",
             vram_total_bytes=tuple(g.vram_total_bytes for g in first.gpus), note=note))
-        for k, v in self.kv_types:
-            self._triangulate_type(model, k, v, publish, cancel, on_worker)
+        self._t0 = time.monotonic()
+        for index, (k, v) in enumerate(self.kv_types):
+            self._triangulate_type(model, k, v, publish, cancel, on_worker, len(self.kv_types) - index - 1)
         return "done"
 
     def _plan_depths(self, model: ModelInfo, publish: Publish, cancel: threading.Event,
@@ -144,12 +150,14 @@ class TriangulateJob:
         if profile is None:
             raise BadInput("the calibration worker died: see the log (l) or run `cliff-tui run` to see why")
         depths, note, reduced = plan_depths(profile, self.budget_s / len(self.kv_types), self.base.n_gen)
+        self.profile = profile
+        self.promised_s = len(self.kv_types) * estimate_seconds(profile, depths, self.base.n_gen, self.chain)
         if reduced:
             publish(Notice(time.time(), note, "warning"))
         return depths, note
 
     def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Publish, cancel: threading.Event,
-                          on_worker: OnWorker) -> None:
+                          on_worker: OnWorker, types_after: int = 0) -> None:
         workdir = tempfile.mkdtemp(prefix="cliff-tui-")
         state_in = None
         prior: tuple[DecodePoint, ...] = ()
@@ -170,8 +178,29 @@ class TriangulateJob:
                 state_in = state_out if finished and state_out and os.path.exists(state_out) else None
                 if finished:
                     prior = tuple(p for p in finished.decode_points if p.phase != "baseline")
+                    self._revise_estimate(finished, self.depths[i + 1:], types_after, publish)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+    def _revise_estimate(self, result: RunResult, remaining: Sequence[int], types_after: int,
+                         publish: Publish) -> None:
+        """Refit the cost model to the prefill just measured; where the whole triangulation will now
+        overshoot what it said, say so with the new estimate."""
+        if self.profile is None or self.promised_s is None or not result.prefill_tok_s:
+            return
+        start, depth, n_gen = result.started_from_depth, result.depth, self.base.n_gen
+        predicted = (depth - start) / max(self.profile.prefill_seconds(start, depth), 1e-9)
+        self.profile = self.profile.with_prefill(start, depth, (depth - start) / result.prefill_tok_s)
+        reached = depth if self.chain else 0
+        left = estimate_seconds(self.profile, remaining, n_gen, self.chain, reached=reached) \
+            + types_after * estimate_seconds(self.profile, self.depths, n_gen, self.chain)
+        total = time.monotonic() - self._t0 + left
+        if total > OVERSHOOT * self.promised_s:
+            publish(Notice(time.time(), f"this triangulation will take about {fmt_duration(total)} in all, not "
+                                        f"{fmt_duration(self.promised_s)}: prefill to {depth:,} ran at "
+                                        f"{result.prefill_tok_s:.0f} tok/s where the calibration predicted "
+                                        f"{predicted:.0f}", "warning"))
+            self.promised_s = total  # the next word only if it slips again
 
     def _point(self, settings: RunSettings, options: RunOptions, publish: Publish, cancel: threading.Event,
                on_worker: OnWorker) -> RunResult | None:
