@@ -38,10 +38,10 @@ async def shoot(app: CliffApp, name: str, size: tuple[int, int], keys: tuple[str
 
 async def main() -> None:
     OUT.mkdir(exist_ok=True)
-    await shoot(CliffApp("watch", Session(preload=demo.cpu_watch())), "watch-cpu-only.svg", (80, 24))
+    await shoot(CliffApp("watch", Session(preload=demo.cpu_watch())), "watch-cpu-only.svg", (100, 30))
     await shoot(CliffApp("run", Session(preload=demo.gpu_cliff_run())), "run-gpu-cliff-demo.svg", (120, 40))
     await shoot(CliffApp("replay", Session(recording=open_recording(TRIANGULATION))), "triangulate-smollm2.svg",
-                (170, 50), keys=("space", "end"))
+                (120, 40), keys=("space", "end"))
     await shoot_browser("serve-browser.png")
 
 

@@ -299,7 +299,7 @@ def triangulation_markdown(tris: dict[str, Triangulation], results: Sequence[Run
         fits = {True: "fits", False: "does NOT fit", None: "capacity unknown"}[p.fits]
         lines.append(f"- {p.tier}: {fmt_bytes(p.capacity_bytes)} − reserve {fmt_bytes(p.reserve_bytes)} → {fits}")
         lines.append(f"- largest context before the cliff: "
-                     f"{'–' if p.max_context is None else f'{p.max_context:,}'} tokens ({p.limited_by})")
+                     f"{'–' if p.max_context is None else f'{p.max_context:,}'} tokens — {p.limited_by}")
         lines.append("")
     for ratio in kv_ratios(tris):
         measured = ratio["measured_touched"]

@@ -112,6 +112,12 @@ class Projection:
     formula: str
 
     @property
+    def by_capacity(self) -> bool:
+        """Whether the largest context is the tier's capacity minus the reserve (not a wall or a
+        failed allocation)."""
+        return self.limited_by == f"{self.tier} minus reserve"
+
+    @property
     def fits(self) -> bool | None:
         if self.projected_bytes is None or self.capacity_bytes is None:
             return None

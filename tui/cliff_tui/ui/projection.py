@@ -62,7 +62,8 @@ def summary(tris: dict[str, Triangulation]) -> Text:
         if p.max_context is not None:
             text.append(" → largest context before the cliff: ")
             text.append(f"{p.max_context:,} tokens", style="bold")
-            text.append(f" ({p.limited_by})")
+            if not p.by_capacity:
+                text.append(f", limited by the {p.limited_by}")
         text.append("\n")
     for ratio in kv_ratios(tris):
         m = ratio["measured_touched"]
