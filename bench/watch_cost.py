@@ -9,6 +9,7 @@ cliff-tui the RSS after 1 minute and at the end.
     python bench/watch_cost.py --minutes 10            # the figures in bench/RESULTS.md
     python bench/watch_cost.py --minutes 3 --churn 6   # RAM moving: every frame repaints
     python bench/watch_cost.py --minutes 1 --no-btop   # a quick look
+    python bench/watch_cost.py --first-frame 5         # seconds from start to the first frame
 
 On an idle machine the RAM sparkline settles (every cell the same bar) and cliff-tui repaints
 almost nothing, while btop redraws its graphs every tick. ``--churn GIB`` runs a helper that
@@ -99,14 +100,56 @@ while True:
 """
 
 
+def first_frame_s(argv: list[str], env: dict[str, str], marker: bytes, timeout_s: float = 10) -> float:
+    """Seconds from starting ``argv`` in a fresh pty until its output shows ``marker`` (the
+    first frame with the memory tiers on it)."""
+    t0 = time.monotonic()
+    term = spawn("first frame", argv, env)
+    seen = b""
+    try:
+        while time.monotonic() - t0 < timeout_s:
+            ready, _, _ = select.select([term.master], [], [], 0.05)
+            if ready:
+                seen = (seen + os.read(term.master, 65536))[-65536:]
+                if marker in seen:
+                    return time.monotonic() - t0
+        raise SystemExit(f"no first frame within {timeout_s:.0f} s: {argv[0]}")
+    finally:
+        term.proc.kill()
+        term.proc.wait()
+        os.close(term.master)
+
+
+def first_frames(cliff: str, btop: str | None, env: dict[str, str], reps: int) -> None:
+    """The first frame of each tool, alternated, ``reps`` times: medians, and their ratio."""
+    import statistics
+
+    times: dict[str, list[float]] = {"cliff-tui watch": [], "btop": []}
+    for _ in range(reps):
+        times["cliff-tui watch"].append(first_frame_s([cliff, "watch", "-i", "0.25"], env, b"RAM"))
+        if btop is not None:
+            times["btop"].append(first_frame_s([btop, "--utf-force"], btop_env(env), b"mem"))
+    for name, values in times.items():
+        if values:
+            print(f"first frame, {name}: median {statistics.median(values):.2f} s "
+                  f"(min {min(values):.2f}, max {max(values):.2f}, {len(values)} starts)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--warmup", type=float, default=5, help="seconds ignored at start")
     parser.add_argument("--no-btop", action="store_true")
+    parser.add_argument("--first-frame", type=int, default=0, metavar="N",
+                        help="only time the first frame of N fresh starts of each tool")
     parser.add_argument("--churn", type=float, default=0, metavar="GIB",
                         help="allocate and free GIB of RAM every second while measuring")
     args = parser.parse_args()
+    env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
+    if args.first_frame:
+        cliff = shutil.which("cliff-tui") or sys.exit("cliff-tui is not on PATH: activate its venv")
+        first_frames(cliff, None if args.no_btop else shutil.which("btop"), env, args.first_frame)
+        return 0
     churn = subprocess.Popen([sys.executable, "-c", CHURN, str(args.churn)]) if args.churn else None
 
     env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 
 DEFAULT_CAPACITY = 3600  # 15 minutes at 4 Hz
 
@@ -32,8 +33,22 @@ class Series:
     def tail(self, n: int) -> list[float | None]:
         if n <= 0:
             return []
-        start = max(0, len(self.values) - n)
-        return [self.values[i] for i in range(start, len(self.values))]
+        out = list(islice(reversed(self.values), n))  # a deque indexes its middle in O(n)
+        out.reverse()
+        return out
+
+    def columns(self, n: int, per_column: int) -> list[float | None]:
+        """The newest ``n`` columns of ``per_column`` points, each its largest value (None: a gap),
+        grouped on the count of points since the start: a full column keeps its value as new points
+        arrive, and only the newest one moves."""
+        if per_column <= 1:
+            return self.tail(n)
+        newest = self.appended % per_column or per_column
+        points = self.tail((n - 1) * per_column + newest)
+        head = (len(points) - newest) % per_column
+        chunks = ([points[:head]] if head else []) + [points[i:i + per_column]
+                                                       for i in range(head, len(points), per_column)]
+        return [max((v for v in chunk if v is not None), default=None) for chunk in chunks][-n:]
 
     def since(self, t0: float) -> list[tuple[float, float]]:
         """Points at or after ``t0`` that have a value (newest last)."""

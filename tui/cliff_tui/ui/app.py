@@ -191,7 +191,8 @@ class CliffApp(App):
 
     def _wanted_panels(self) -> list[tuple[str, Any]]:
         hint = "" if self.mode in ("run", "triangulate", "attach", "replay") else render.NO_SOURCE
-        panels = render.panels(self.pipeline, hint or "waiting for tokens…")
+        per_column = max(1, round(1.0 / self.session.interval))  # a graph column a second
+        panels = render.panels(self.pipeline, hint or "waiting for tokens…", per_column)
         line = render.no_vram_line(self.pipeline.latest)
         rows = self._graph_rows(panels, 2 if line else 0)
         return ([(NO_VRAM, line)] if line else []) + [(panel.key, panel) for panel in render.with_rows(panels, rows)]

@@ -9,7 +9,10 @@ groups cells that share a style.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import groupby
 from typing import Callable, Sequence
 
 from rich.segment import Segment
@@ -47,25 +50,44 @@ class Graph:
 
     def cells(self, width: int, rows: int = 1) -> list[list[tuple[str, Style]]]:
         """``rows`` lines of ``width`` (character, style) cells, the top line first."""
+        chars, styles = self._grid(self.heights(width, rows), self._bar_styles(width), rows)
+        return [list(zip(line, line_styles)) for line, line_styles in zip(chars, styles)]
+
+    def segments(self, width: int, rows: int = 1) -> list[list[Segment]]:
+        """The lines as segments, one per run of equal styles. Drawn once per distinct picture:
+        values that move less than an eighth of a row draw the same one."""
         heights = self.heights(width, rows)
-        values = [None] * (width - len(self.values[-width:])) + list(self.values[-width:]) if width > 0 else []
-        styles = [self.default if v is None or self.style_for is None else self.style_for(v) for v in values]
+        bar = self._bar_styles(width)
+        key = (tuple(heights), tuple(bar), rows, self._mark_at(rows), self.default, self.mark_style)
+        drawn = _DRAWN.get(key)
+        if drawn is None:
+            chars, styles = self._grid(heights, bar, rows)
+            drawn = [_runs(line, line_styles) for line, line_styles in zip(chars, styles)]
+            if len(_DRAWN) >= _DRAWN_MAX:
+                _DRAWN.pop(next(iter(_DRAWN)))
+            _DRAWN[key] = drawn
+        return drawn
+
+    def _bar_styles(self, width: int) -> list[Style]:
+        shown = list(self.values[-width:]) if width > 0 else []
+        values = [None] * (width - len(shown)) + shown
+        return [self.default if v is None or self.style_for is None else self.style_for(v) for v in values]
+
+    def _grid(self, heights: list[int | None], bar: list[Style], rows: int) -> tuple[list[str], list[list[Style]]]:
+        """Each line's characters (a string) and their styles: a column at a time, from a table
+        of the columns a bar height can give."""
+        columns = [_column(h, rows) for h in heights]
+        chars = ["".join(line) for line in zip(*columns)] if columns else [""] * rows
+        styles = [[b if ch not in " " + GAP else self.default for ch, b in zip(line, bar)] for line in chars]
         mark_row, mark_level = self._mark_at(rows)
-        lines = []
-        for row in range(rows):  # row 0 is the top
-            base = (rows - 1 - row) * _EIGHTHS
-            line = []
-            for h, style in zip(heights, styles):
-                if h is None:
-                    line.append((GAP if row == rows - 1 else " ", self.default))
-                    continue
-                level = min(max(h - base, 0), _EIGHTHS)
-                if level == 0 and row == mark_row and h <= mark_level:
-                    line.append((MARK, self.mark_style))
-                else:
-                    line.append((BARS[level], style if level else self.default))
-            lines.append(line)
-        return lines
+        if mark_row is not None:
+            base = (rows - 1 - mark_row) * _EIGHTHS
+            line, line_styles = list(chars[mark_row]), styles[mark_row]
+            for x, h in enumerate(heights):
+                if h is not None and h <= base:
+                    line[x], line_styles[x] = MARK, self.mark_style
+            chars[mark_row] = "".join(line)
+        return chars, styles
 
     def _mark_at(self, rows: int) -> tuple[int | None, int]:
         if self.mark is None or self.hi <= self.lo or not self.lo <= self.mark <= self.hi:
@@ -73,34 +95,49 @@ class Graph:
         level = round((self.mark - self.lo) / (self.hi - self.lo) * rows * _EIGHTHS)
         return rows - 1 - min(rows - 1, max(0, (level - 1) // _EIGHTHS)), level
 
-    def segments(self, width: int, rows: int = 1) -> list[list[Segment]]:
-        """The lines as segments, one per run of equal styles."""
-        return [_runs(line) for line in self.cells(width, rows)]
+
+# The pictures drawn lately, by what they show (segments are immutable: shared safely).
+_DRAWN: dict[tuple, list[list[Segment]]] = {}
+_DRAWN_MAX = 64
 
 
-def _runs(cells: list[tuple[str, Style]]) -> list[Segment]:
+@lru_cache(maxsize=4096)
+def _column(height: int | None, rows: int) -> tuple[str, ...]:
+    """One column's characters, top first: a bar ``height`` eighths tall, or a gap."""
+    if height is None:
+        return (" ",) * (rows - 1) + (GAP,)
+    return tuple(BARS[min(max(height - (rows - 1 - row) * _EIGHTHS, 0), _EIGHTHS)] for row in range(rows))
+
+
+def _runs(chars: str, styles: list[Style]) -> list[Segment]:
+    """A segment per run of one style (the styles are shared objects: identity finds the runs)."""
     out: list[Segment] = []
-    chars: list[str] = []
-    run_style: Style | None = None
-    for char, style in cells:
-        if style is not run_style and style != run_style:
-            if chars:
-                out.append(Segment("".join(chars), run_style))
-            chars = []
-            run_style = style
-        chars.append(char)
-    if chars:
-        out.append(Segment("".join(chars), run_style))
+    x = 0
+    for _, run in groupby(styles, key=id):
+        n = sum(1 for _ in run)
+        out.append(Segment(chars[x:x + n], styles[x]))
+        x += n
     return out
 
 
-def zoom_range(values: Sequence[float | None], min_span: float) -> tuple[float, float]:
+def zoom_range(values: Sequence[float | None], min_span: float, unit: float = 1.0) -> tuple[float, float]:
     """A scale around the values' own range, a tenth of it free above and below, never narrower
-    than ``min_span`` (so a flat series is a flat line, not magnified noise) nor below zero."""
+    than ``min_span`` (so a flat series is a flat line, not magnified noise) nor below zero; its
+    ends on a round step of ``unit`` (1, 2, 5, 10… MiB for bytes): labels that read well, and a
+    scale that does not move with every small change of the values."""
     known = [v for v in values if v is not None]
     if not known:
         return 0.0, min_span
     lo, hi = min(known), max(known)
     pad = max((hi - lo) * 0.1, (min_span - (hi - lo)) / 2, 0.0)
-    lo = max(0.0, lo - pad)
-    return lo, max(hi + pad, lo + min_span)
+    step = _round_step(max(hi - lo + 2 * pad, min_span) / 4 / unit) * unit
+    lo = max(0.0, math.floor((lo - pad) / step) * step)
+    return lo, max(math.ceil((hi + pad) / step) * step, lo + min_span)
+
+
+def _round_step(x: float) -> float:
+    """The 1-2-5 step at or above ``x``."""
+    if x <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(x))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= x)

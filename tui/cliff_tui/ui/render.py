@@ -17,6 +17,7 @@ from cliff_tui.ui.graph import Graph, zoom_range
 from cliff_tui.units import MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
 
 GREEN, AMBER, RED, DIM = Style(color="green"), Style(color="yellow"), Style(color="red"), Style(dim=True)
+CYAN = Style(color="cyan")
 BOLD = Style(bold=True)
 Parts = list[tuple[str, Style | None]]  # one line of styled text
 LEVEL_MARK = {"ok": ("✓", GREEN), "info": ("i", Style(color="cyan")), "amber": ("▲", AMBER),
@@ -107,7 +108,7 @@ def _graph_lines(graphs: tuple[Scaled, ...], width: int, rows: int) -> list[list
                 line.append(Segment(" " * GRAPH_GAP))
             line += block[row]
             line.append(Segment(" " + g.label(row, rows).ljust(label_widths[i] - 1), DIM))
-        lines.append(fit_line_segments(line, width))
+        lines.append(line if room else fit_line_segments(line, width))
     return lines
 
 
@@ -142,19 +143,21 @@ def fit_line(parts: Parts, width: int) -> list[Segment]:
     return [*cut, Segment("…", cut[-1].style if cut else style)]
 
 
-def panels(p: Pipeline, source_hint: str = NO_SOURCE) -> list[Panel]:
+def panels(p: Pipeline, source_hint: str = NO_SOURCE, per_column: int = 1) -> list[Panel]:
+    """The tiers, each graphed ``per_column`` samples a column (the app makes a column a second:
+    a graph then moves once a second, and in between only its newest column changes)."""
     s = p.latest
     if s is None:
         return [Panel("wait", "waiting", "for the first sample…", None)]
     out: list[Panel] = []
     for gpu in s.gpus:
-        out.append(_vram_panel(p, gpu))
+        out.append(_vram_panel(p, gpu, per_column))
     if s.gpus:
-        out.append(_shared_panel(p, s))
-    out.append(_ram_panel(p, s))
-    out.append(_swap_panel(p, s))
+        out.append(_shared_panel(p, s, per_column))
+    out.append(_ram_panel(p, s, per_column))
+    out.append(_swap_panel(p, s, per_column))
     if s.process is not None:
-        out.append(_process_panel(p, s))
+        out.append(_process_panel(p, s, per_column))
     out.append(_tokens_panel(p, source_hint))
     return out
 
@@ -165,18 +168,18 @@ def no_vram_line(s: Sample | None) -> str:
     return f"No VRAM tier: {s.gpus_reason}"
 
 
-def _byte_graphs(p: Pipeline, name: str, capacity: int | None, cliff: bool = False,
-                 width: int = 512) -> tuple[Scaled, ...]:
+def _byte_graphs(p: Pipeline, name: str, capacity: int | None, per_column: int, cliff: bool = False,
+                 width: int = 256) -> tuple[Scaled, ...]:
     """A byte series on its tier's scale (the cliff line on it where this is the cliff tier) and
-    zoomed around the session's own range."""
-    values = p.history.get(name).tail(width)
+    zoomed around the session's own range, ``per_column`` samples a column."""
+    values = p.history.get(name).columns(width, per_column)
     out = []
     if capacity:
         mark = capacity - default_reserve(capacity) if cliff else None
         style = lambda v: fill_style(v / capacity)  # noqa: E731
         out.append(Scaled(Graph(values, 0, capacity, style, DIM, mark), fmt_bytes(capacity), "0",
                           "cliff ╌" if mark is not None else "capacity"))
-    lo, hi = zoom_range(values, ZOOM_MIN_SPAN)
+    lo, hi = zoom_range(values, ZOOM_MIN_SPAN, MiB)
     style = (lambda v: fill_style(v / capacity)) if capacity else None  # noqa: E731
     out.append(Scaled(Graph(values, lo, hi, style, DIM), fmt_bytes(hi), fmt_bytes(lo), "zoom"))
     return tuple(out)
@@ -189,7 +192,7 @@ def _version(p: Pipeline, name: str) -> int:
     return p.history.get(name).appended
 
 
-def _vram_panel(p: Pipeline, g: GpuReading) -> Panel:
+def _vram_panel(p: Pipeline, g: GpuReading, per_column: int) -> Panel:
     used, total = g.vram_used_bytes, g.vram_total_bytes
     value = f"{fmt_bytes(used)} / {fmt_bytes(total)}"
     if used is not None and total:
@@ -210,11 +213,12 @@ def _vram_panel(p: Pipeline, g: GpuReading) -> Panel:
         style = AMBER
     if used is None:
         note, style = g.reasons.get("vram_used_bytes", "n/a"), AMBER
-    return Panel(f"gpu{g.index}", f"GPU{g.index} VRAM", f"{value}  · {g.name}", _byte_graphs(p, f"gpu{g.index}.vram", total, cliff=True),
+    return Panel(f"gpu{g.index}", f"GPU{g.index} VRAM", f"{value}  · {g.name}",
+                 _byte_graphs(p, f"gpu{g.index}.vram", total, per_column, cliff=True),
                  note, style, _version(p, f"gpu{g.index}.vram"))
 
 
-def _shared_panel(p: Pipeline, s: Sample) -> Panel:
+def _shared_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     known = [g for g in s.gpus if g.shared_used_bytes is not None]
     if not known:
         reason = next((g.reasons.get("shared_used_bytes") for g in s.gpus if g.reasons.get("shared_used_bytes")),
@@ -225,26 +229,28 @@ def _shared_panel(p: Pipeline, s: Sample) -> Panel:
     value = f"{fmt_bytes(g.shared_used_bytes)}" + (f" / {fmt_bytes(g.shared_total_bytes)}" if g.shared_total_bytes else "")
     sign = p.signs.get(1)
     note, style = (sign.detail, _level_style(sign.level)) if sign else ("", DIM)
-    return Panel("shared", f"Shared VRAM (GPU{g.index})", value, _byte_graphs(p, f"gpu{g.index}.shared", hi), note, style,
+    return Panel("shared", f"Shared VRAM (GPU{g.index})", value, _byte_graphs(p, f"gpu{g.index}.shared", hi, per_column),
+                 note, style,
                  _version(p, f"gpu{g.index}.shared"))
 
 
-def _ram_panel(p: Pipeline, s: Sample) -> Panel:
+def _ram_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     r, cg = s.ram, s.cgroup
     sign = p.signs.get(2)
     note, style = (f"{sign.headline} — {sign.detail}", _level_style(sign.level)) if sign else ("", DIM)
     if cg is not None and cg.usage_bytes is not None:
         value = f"{fmt_bytes(cg.usage_bytes)} / {fmt_bytes(cg.limit_bytes)}  {cg.usage_bytes / cg.limit_bytes:.0%}" \
                 f"  · the machine has {fmt_bytes(r.total_bytes)}"
-        return Panel("ram", cg.tier, value, _byte_graphs(p, "ram.cgroup", cg.limit_bytes, cliff=not s.gpus), note,
+        return Panel("ram", cg.tier, value, _byte_graphs(p, "ram.cgroup", cg.limit_bytes, per_column, cliff=not s.gpus), note,
                      style, _version(p, "ram.cgroup"))
     value = f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {r.used_bytes / r.total_bytes:.0%}" \
             f"  · available {fmt_bytes(r.available_bytes)}"
-    return Panel("ram", "System RAM", value, _byte_graphs(p, "ram.used", r.total_bytes, cliff=not s.gpus), note, style,
+    return Panel("ram", "System RAM", value, _byte_graphs(p, "ram.used", r.total_bytes, per_column, cliff=not s.gpus),
+                 note, style,
                  _version(p, "ram.used"))
 
 
-def _swap_panel(p: Pipeline, s: Sample) -> Panel:
+def _swap_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     sw = s.swap
     if sw.total_bytes == 0:
         return Panel("swap", "Swap", "none configured", None,
@@ -253,10 +259,11 @@ def _swap_panel(p: Pipeline, s: Sample) -> Panel:
     note, style = "", DIM
     if not s.gpus and (sign := p.signs.get(1)) is not None:
         note, style = sign.detail, _level_style(sign.level)
-    return Panel("swap", "Swap", value, _byte_graphs(p, "swap.used", sw.total_bytes), note, style, _version(p, "swap.used"))
+    return Panel("swap", "Swap", value, _byte_graphs(p, "swap.used", sw.total_bytes, per_column), note, style,
+                 _version(p, "swap.used"))
 
 
-def _process_panel(p: Pipeline, s: Sample) -> Panel:
+def _process_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     proc = s.process
     if proc.rss_bytes is None:
         return Panel("proc", f"PID {proc.pid}", "n/a", None, proc.reasons.get("rss_bytes", ""), AMBER)
@@ -266,7 +273,7 @@ def _process_panel(p: Pipeline, s: Sample) -> Panel:
     if proc.gpu_used_bytes is not None:
         value += f"  · GPU {fmt_bytes(proc.gpu_used_bytes)}"
     return Panel("proc", f"PID {proc.pid} {proc.name or ''}".rstrip(" "), value,
-                 _byte_graphs(p, "process.rss", s.ram_capacity_bytes), version=_version(p, "process.rss"))
+                 _byte_graphs(p, "process.rss", s.ram_capacity_bytes, per_column), version=_version(p, "process.rss"))
 
 
 def _tokens_panel(p: Pipeline, hint: str) -> Panel:
@@ -275,7 +282,7 @@ def _tokens_panel(p: Pipeline, hint: str) -> Panel:
         return Panel("tok", "Tokens/s", "–", None, hint)
     values = [v for v in series.values if v is not None]
     hi = max(values) * 1.15 if values else 1
-    graph = Scaled(Graph(series.tail(512), 0, hi, None, Style(color="cyan")), f"{fmt_tok_s(hi)} tok/s", "0", "")
+    graph = Scaled(Graph(series.tail(512), 0, hi, None, CYAN), f"{fmt_tok_s(hi)} tok/s", "0", "")
     verdict = p.speed_verdict()
     now = fmt_tok_s(series.last)
     value = f"{now} tok/s"

@@ -74,6 +74,8 @@ class LineView(Widget):
         self._drawn = self._drawn[:1]  # a new theme: the base style of every line changed
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if self._drawn[1:] == (width,):
+            return max(1, len(self._lines))  # built for this width already
         return max(1, len(self._make(width)))
 
     def render_line(self, y: int) -> Strip:
