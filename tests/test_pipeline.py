@@ -120,3 +120,16 @@ def test_a_recording_with_a_word_no_record_knows_is_a_clear_error_not_a_style():
     recording = parse_recording(data)
     assert [e.level for e in recording.events] == ["warning"]
     assert "level must be one of 'info', 'warning', not 'warn'" in recording.problems
+
+
+def test_an_attached_servers_fullest_slot_is_held_against_the_measured_capacity():
+    from cliff_tui.events import MeasuredCapacity, SessionReading, SlotReading
+
+    p = Pipeline()
+    slots = (SlotReading(0, 8192, 1200, True), SlotReading(1, 8192, 7900, True))
+    p.feed(SessionReading(1.0, "llama-server", "http://127.0.0.1:8080", "ok", slots=slots))
+    assert p.gauge() is None  # nothing measured to hold it against
+    p.feed(MeasuredCapacity(2.0, "model.gguf", "f16", "GPU0 dedicated VRAM", 8448))
+    gauge = p.gauge()
+    assert (gauge.tokens, gauge.max_context, gauge.source, gauge.level) == (7900, 8448, "measured", "amber")
+    assert gauge.tier == "GPU0 dedicated VRAM, model.gguf f16"

@@ -105,6 +105,25 @@ def test_job_feeds_the_pipeline_tok_s_and_quits_at_once(server):
     assert job.title == f"llama-server {s.url}"
 
 
+def test_job_from_a_triangulation_holds_the_slots_against_its_largest_context(server):
+    from pathlib import Path
+
+    from cliff_tui.cli import _measured_capacity
+
+    recorded = Path(__file__).parents[1] / "data" / "smollm2_triangulation.jsonl"
+    measured = _measured_capacity(str(recorded))
+    s = server(llama, BUSY)
+    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=measured)
+    events, _ = run_job(job, lambda ev: len(readings(ev)) >= 2)
+    pipeline = Pipeline()
+    for event in events:
+        pipeline.feed(event)
+    gauge = pipeline.gauge()
+    assert gauge is not None and gauge.source == "measured"
+    assert gauge.max_context == measured.max_context == 852_992  # the recorded projection's
+    assert gauge.tokens == max(slot.tokens_used for slot in pipeline.session.slots if slot.tokens_used is not None)
+
+
 def test_job_shows_live_tok_s_while_a_request_runs(server):
     """The /metrics counters stand still mid-request (busy_1 twice); /slots' n_decoded moves."""
     s = server(llama, Route.file("llama_metrics_busy_1.txt"), DECODING)

@@ -20,7 +20,7 @@ from cliff_tui.codec import event_from_plain, event_to_plain
 from cliff_tui.errors import BadInput
 from cliff_tui.events import (
     Alert, BufferSize, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, GpuDelta, GpuProcess, GpuReading,
-    LogLine, ModelInfo, Notice, ProcessReading, RamReading, RunFailed, RunFinished, RunProgress, RunResult,
+    LogLine, MeasuredCapacity, ModelInfo, Notice, ProcessReading, RamReading, RunFailed, RunFinished, RunProgress, RunResult,
     RunSettings, RunStarted, Sample, ServedModel, SessionReading, SlotReading, SpeedVerdict, SwapReading,
     TriangulationPlanned, EVENT_TYPES,
 )
@@ -58,6 +58,7 @@ ALL_EVENTS = [
     Notice(3.9, "flash attention turned on", "info"),
     SessionReading(4.0, "llama-server", "http://127.0.0.1:8080", "ok", "", 10.0, 1.0, 100.0, 0.5, 1,
                    (SlotReading(0, 4096, 100, True),), (ServedModel("m", 10, 5, 4096),), {"x": "y"}),
+    MeasuredCapacity(4.1, "model.gguf", "f16", "RAM", 852_992),
 ]
 
 

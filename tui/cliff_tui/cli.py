@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--once", action="store_true", help="one reading as JSON, then exit (3 if unreachable)")
     attach.add_argument("--json", action="store_true", help="(with --once) JSON output; the default")
     attach.add_argument("--timeout", type=_positive_float, default=2.0, metavar="S", help="HTTP timeout")
+    attach.add_argument("--from", dest="from_file", metavar="FILE",
+                        help="a triangulation of the served model (its -o json or recording): the cliff gauge "
+                             "holds the slots' tokens against the largest context it measured")
     _add_monitor_flags(attach)
 
     fit = sub.add_parser("fit", help="what fits: per KV type and flash attention, the largest context and "
@@ -285,13 +288,27 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_attach(args: argparse.Namespace) -> int:
     from cliff_tui.jobs.attach import AttachJob, attach_once
 
-    job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout)
+    measured = _measured_capacity(args.from_file) if args.from_file else None
+    job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout, measured)
     sampler = _sampler_for(job, pid=args.pid)
     if args.once:
         record, ok = attach_once(job, sampler)
         print(json.dumps(record, indent=2))
         return 0 if ok else EXIT_UNREACHABLE
     return _tui(args, _session(args, job, sampler=sampler))
+
+
+def _measured_capacity(path: str):
+    """The first plan in a triangulation's file that names a largest context."""
+    from cliff_tui.events import MeasuredCapacity
+    from cliff_tui.exporter.plans import read_plans
+
+    for plan in read_plans(path):
+        if plan.max_context_tokens:
+            tier = f"GPU{plan.gpu} dedicated VRAM" if plan.tier == "vram" else "RAM"
+            return MeasuredCapacity(0.0, plan.model, plan.kv_type, tier, plan.max_context_tokens)
+    raise BadInput(f"{os.path.basename(path)} measured no largest context (a triangulation needs two points "
+                   "and a known capacity): run `cliff-tui triangulate` on the served model again")
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -325,7 +342,8 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     plans = read_plans(args.from_file) if args.from_file else []
     job = None
     if args.llama_server or args.ollama:
-        job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout)
+        measured = _measured_capacity(args.from_file) if args.from_file else None
+    job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout, measured)
     session = Session(sampler=Sampler(pid=args.pid), job=job, interval=args.interval, queued=False)
     return Exporter(session, plans).run(bind)
 

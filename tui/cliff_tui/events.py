@@ -494,6 +494,18 @@ class SessionReading:
     reasons: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class MeasuredCapacity:
+    """The largest context before the cliff that a triangulation measured for a model, given to
+    ``attach --from FILE``: what a server's slots are held against."""
+
+    t: float
+    model: str  # the GGUF's file name
+    kv_type: str
+    tier: str
+    max_context: int
+
+
 Event = Union[
     Sample,
     RunStarted,
@@ -508,6 +520,7 @@ Event = Union[
     LogLine,
     Notice,
     SessionReading,
+    MeasuredCapacity,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -524,6 +537,7 @@ EVENT_TYPES: dict[str, type] = {
     "log": LogLine,
     "notice": Notice,
     "session": SessionReading,
+    "measured_capacity": MeasuredCapacity,
 }
 
 EVENT_NAMES: dict[type, str] = {cls: name for name, cls in EVENT_TYPES.items()}

@@ -23,8 +23,9 @@ from cliff_tui.analysis.speed import classify_speed
 from cliff_tui.analysis.theory import InvalidSettings, KvSettings, kv_breakdown
 from cliff_tui.analysis.triangulation import Triangulation, gpu_index_of, triangulate
 from cliff_tui.events import (
-    ATTACH_RUN_ID, Alert, CliffVerdict, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice, RunFailed,
-    RunFinished, RunProgress, RunResult, RunStarted, Sample, SessionReading, SpeedVerdict, TriangulationPlanned,
+    ATTACH_RUN_ID, Alert, BuffersReported, CliffVerdict, DecodePoint, DecodeWindow, GeneratedText, LogLine,
+    MeasuredCapacity, ModelInfo, Notice, RunFailed, RunFinished, RunProgress, RunResult, RunStarted, Sample,
+    SessionReading, SpeedVerdict, TriangulationPlanned,
 )
 from cliff_tui.history import DEFAULT_CAPACITY, History
 
@@ -124,6 +125,7 @@ class Pipeline:
                                             2: SignState(2, "ok", "RAM trend …", "collecting samples"),
                                             3: sign3(None)}
         self._triangulations: dict[str, Triangulation] | None = None
+        self.measured: MeasuredCapacity | None = None  # what an attached server's slots are held against
         self.changes = itertools.count()
         self.version = 0
 
@@ -228,6 +230,7 @@ class Pipeline:
         LogLine: lambda self, e: self.log.append(e),
         Notice: lambda self, e: self.notices.append(e),
         GeneratedText: lambda self, e: self.text.append(e.text),
+        MeasuredCapacity: lambda self, e: setattr(self, "measured", e),
     }
 
     # --- what the screens read ------------------------------------------------------------
@@ -306,11 +309,16 @@ class Pipeline:
         self.version = next(self.changes)
 
     def gauge(self) -> CliffGauge | None:
-        """The current run's cliff gauge (none without a run)."""
+        """The current run's cliff gauge; attached to a server, its fullest slot against the
+        context measured for its model; none otherwise."""
         view = self.current
-        if view is None:
+        if view is not None:
+            return view.gauge(self.triangulations().get(view.started.settings.cache_label))
+        m, session = self.measured, self.session
+        slots = [slot.tokens_used for slot in session.slots if slot.tokens_used is not None] if session else []
+        if m is None or not slots:
             return None
-        return view.gauge(self.triangulations().get(view.started.settings.cache_label))
+        return CliffGauge(max(slots), m.max_context, f"{m.tier}, {m.model} {m.kv_type}", "measured")
 
     def triangulations(self) -> dict[str, Triangulation]:
         """One triangulation per KV cache type, over the runs finished so far."""

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from cliff_tui.analysis.server_rates import CounterMove, SessionRateMeter
 from cliff_tui.codec import to_plain
 from cliff_tui.errors import BadInput
-from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, Notice, SessionReading, SlotReading
+from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, Notice, SessionReading, SlotReading
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.probes.endpoints.discovery import DEFAULT_URLS, READERS, describe_discovery, discover, is_found
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
@@ -146,8 +146,11 @@ class Poller:
 class AttachJob:
     follows_own_process = False
 
-    def __init__(self, endpoints: Sequence[Endpoint], interval: float = 0.5, timeout: float = 2.0) -> None:
-        """No endpoints: look for both servers on their default loopback ports."""
+    def __init__(self, endpoints: Sequence[Endpoint], interval: float = 0.5, timeout: float = 2.0,
+                 measured: MeasuredCapacity | None = None) -> None:
+        """No endpoints: look for both servers on their default loopback ports. ``measured``: the
+        capacity a triangulation measured for the served model, which its slots are held against."""
+        self.measured = measured
         self.endpoints = list(endpoints)
         self.interval = interval
         self.timeout = timeout
@@ -156,11 +159,11 @@ class AttachJob:
 
     @classmethod
     def from_args(cls, llama_server_url: str | None, ollama_url: str | None, interval: float = 0.5,
-                  timeout: float = 2.0) -> "AttachJob":
+                  timeout: float = 2.0, measured: MeasuredCapacity | None = None) -> "AttachJob":
         """Both URLs None: look on the default loopback ports when the job starts."""
         endpoints = [Endpoint(source, _checked_url(flag, url)) for source, flag, url in (
             (LLAMA_SERVER, "--llama-server", llama_server_url), (OLLAMA, "--ollama", ollama_url)) if url]
-        return cls(endpoints, interval, timeout)
+        return cls(endpoints, interval, timeout, measured)
 
     # --- the live job -----------------------------------------------------------------------
 
@@ -171,6 +174,8 @@ class AttachJob:
         return [Poller(e, self.interval) for e in self.endpoints]
 
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
+        if self.measured is not None:
+            publish(dataclasses.replace(self.measured, t=time.time()))
         pollers = self.pollers()
         announced = not self.discover_defaults
         while not cancel.is_set():
