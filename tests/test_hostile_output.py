@@ -85,10 +85,10 @@ def hostile_recording(path: Path, text: str) -> Path:
 
 
 def _with_text(event, text: str):
-    for name in ("message", "text", "model_name", "name"):
+    for name in ("message", "text", "model_name", "name", "model", "kv_type", "tier"):
         if hasattr(event, name) and isinstance(getattr(event, name), str):
             event = replace(event, **{name: text})
-    if hasattr(event, "model"):
+    if hasattr(event, "model") and not isinstance(event.model, str):
         event = replace(event, model=replace(event.model, name=text))
     if hasattr(event, "result"):
         event = replace(event, result=hostile_result(text))

@@ -342,8 +342,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     plans = read_plans(args.from_file) if args.from_file else []
     job = None
     if args.llama_server or args.ollama:
-        measured = _measured_capacity(args.from_file) if args.from_file else None
-    job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout, measured)
+        job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout)
     session = Session(sampler=Sampler(pid=args.pid), job=job, interval=args.interval, queued=False)
     return Exporter(session, plans).run(bind)
 
