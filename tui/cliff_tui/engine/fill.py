@@ -35,7 +35,7 @@ ROW_HEADER = struct.Struct("<iQ")  # ggml type, row size in bytes
 TRANSPOSED_HEADER = struct.Struct("<iII")  # ggml type, element size, embedding rows
 CHUNK_BYTES = 4 << 20  # what one write holds in memory: a state of any depth streams to disk
 MAX_ROW_BYTES = 1 << 24
-LEARN_TOKENS = 256
+LEARN_TOKENS = 32  # the rows repeated: few, so that holding them adds no memory a prefill would not
 AUTO_REAL_DEPTH = 8192  # `--fill auto`: a run this deep or shallower prefills for real
 CHUNKED_SWA_ARCHS = {"llama4"}  # a window that restarts every n_swa positions, not a sliding one
 
