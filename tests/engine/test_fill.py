@@ -26,10 +26,15 @@ def _context(path, n_ctx: int, **knobs) -> tuple[LoadedModel, Context]:
     return model, Context(model, n_ctx, settings)
 
 
-@pytest.fixture
-def tiny_context(tiny_model):
-    model, context = _context(tiny_model, 2048)
-    yield model, context
+KNOBS = {"fa on": {"flash_attn": "on"}, "fa off (V transposed)": {"flash_attn": "off"},
+         "q8_0 cache": {"cache_type_k": "q8_0", "cache_type_v": "q8_0"}}
+
+
+@pytest.fixture(params=list(KNOBS))
+def tiny_context(tiny_model, request):
+    knobs = KNOBS[request.param]
+    model, context = _context(tiny_model, 2048, **knobs)
+    yield model, context, knobs
     context.free()
     model.free()
 
@@ -55,20 +60,21 @@ def test_auto_fills_only_deep_runs():
 
 
 def test_a_state_written_at_the_learned_depth_is_the_one_llama_cpp_saved(tiny_context, tmp_path):
-    model, context = tiny_context
+    model, context, knobs = tiny_context
     tokens = _tokens(model, 300)
     saved = _saved(context, tokens, tmp_path / "saved.bin")
     layout = parse_state(saved)
     assert layout.learned == 300 and len(layout.sections) == 1
     section = layout.sections[0]
     assert section.window is None and len(section.k) == len(section.v) == 2
+    assert section.v_trans == (knobs.get("flash_attn") == "off")
     layout.write(str(tmp_path / "written.bin"), tokens)
     assert (tmp_path / "written.bin").read_bytes() == saved
     assert layout.nbytes(300) == len(saved)
 
 
 def test_a_fill_holds_the_cells_written_and_decodes_on_them(tiny_context):
-    model, context = tiny_context
+    model, context, knobs = tiny_context
     tokens = _tokens(model, 1500)
     with KvFiller(context, tokens[:256]) as filler:
         filler.fill(tokens[:1400])
@@ -80,7 +86,7 @@ def test_a_fill_holds_the_cells_written_and_decodes_on_them(tiny_context):
 
 
 def test_an_unknown_version_is_refused_before_anything_is_written(tiny_context, tmp_path):
-    model, context = tiny_context
+    model, context, knobs = tiny_context
     saved = bytearray(_saved(context, _tokens(model, 64), tmp_path / "saved.bin"))
     saved[4] = 99
     with pytest.raises(FillUnavailable, match="version 99"):

@@ -110,7 +110,7 @@ class Rows:
         index = np.arange(cells) % learned
         step = max(1, CHUNK_BYTES // max(1, cells * size))
         for start in range(0, n_embd, step):
-            f.write(self.data[start:start + step][:, index])
+            f.write(np.ascontiguousarray(self.data[start:start + step][:, index]))
 
 
 def _read_rows(r: _Reader, cells: int) -> Rows:
