@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -63,7 +64,7 @@ def test_a_state_written_at_the_learned_depth_is_the_one_llama_cpp_saved(tiny_co
     model, context, knobs = tiny_context
     tokens = _tokens(model, 300)
     saved = _saved(context, tokens, tmp_path / "saved.bin")
-    layout = parse_state(saved)
+    layout = parse_state(io.BytesIO(saved), keep=len(tokens))
     assert layout.learned == 300 and len(layout.sections) == 1
     section = layout.sections[0]
     assert section.window is None and len(section.k) == len(section.v) == 2
@@ -90,9 +91,9 @@ def test_an_unknown_version_is_refused_before_anything_is_written(tiny_context, 
     saved = bytearray(_saved(context, _tokens(model, 64), tmp_path / "saved.bin"))
     saved[4] = 99
     with pytest.raises(FillUnavailable, match="version 99"):
-        parse_state(bytes(saved))
+        parse_state(io.BytesIO(saved))
     with pytest.raises(FillUnavailable, match="ends early"):
-        parse_state(bytes(_saved(context, _tokens(model, 64), tmp_path / "s.bin"))[:-7])
+        parse_state(io.BytesIO(_saved(context, _tokens(model, 64), tmp_path / "s.bin")[:-7]))
 
 
 def _corrupt_version(monkeypatch) -> None:

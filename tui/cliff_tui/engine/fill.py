@@ -54,25 +54,39 @@ def choose_fill(choice: FillChoice, depth: int) -> FillMode:
 
 
 class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
-        self.at = 0
+    """A saved state read from its file: headers whole, of each layer's rows only the first
+    ``keep`` (the rest is skipped), so a long learned state is never held in memory."""
 
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self.at + n > len(self.data):
+    def __init__(self, f: BinaryIO, keep: int) -> None:
+        self.f = f
+        self.keep = keep
+        self.size = f.seek(0, os.SEEK_END)
+        f.seek(0)
+
+    def _check(self, n: int) -> None:
+        if n < 0 or self.at + n > self.size:
             raise FillUnavailable("the saved state ends early: its layout is not the one this reader knows")
-        part = self.data[self.at:self.at + n]
-        self.at += n
-        return part
 
-    def unpack(self, fmt: struct.Struct) -> tuple:
-        return fmt.unpack(self.take(fmt.size))
+    def take(self, n: int) -> bytes:
+        self._check(n)
+        return self.f.read(n)
+
+    def skip(self, n: int) -> None:
+        self._check(n)
+        self.f.seek(n, os.SEEK_CUR)
 
     def u32(self) -> int:
         return struct.unpack("<I", self.take(4))[0]
 
+    @property
+    def at(self) -> int:
+        return self.f.tell()
+
+    def back_to(self, at: int) -> None:
+        self.f.seek(at)
+
     def done(self) -> bool:
-        return self.at == len(self.data)
+        return self.at == self.size
 
 
 @dataclass(frozen=True)
@@ -118,7 +132,9 @@ def _read_rows(r: _Reader, cells: int) -> Rows:
     _type, row = ROW_HEADER.unpack(header)
     if not 0 < row <= MAX_ROW_BYTES:
         raise FillUnavailable(f"a K/V row of {row} bytes: not the layout this reader knows")
-    data = np.frombuffer(r.take(row * cells), dtype=np.uint8).reshape(cells, row)
+    keep = min(cells, r.keep)
+    data = np.frombuffer(r.take(row * keep), dtype=np.uint8).reshape(keep, row)
+    r.skip(row * (cells - keep))
     return Rows(header, data, transposed=False)
 
 
@@ -127,7 +143,12 @@ def _read_transposed(r: _Reader, cells: int) -> Rows:
     _type, size, n_embd = TRANSPOSED_HEADER.unpack(header)
     if size not in (1, 2, 4) or not 0 < n_embd <= MAX_ROW_BYTES:
         raise FillUnavailable(f"a transposed V of {n_embd} rows of {size}-byte elements: not a known layout")
-    data = np.frombuffer(r.take(n_embd * cells * size), dtype=np.uint8).reshape(n_embd, cells, size)
+    keep = min(cells, r.keep)
+    parts = []
+    for _ in range(n_embd):  # each embedding row holds every cell's element
+        parts.append(r.take(keep * size))
+        r.skip((cells - keep) * size)
+    data = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(n_embd, keep, size)
     return Rows(header, data, transposed=True)
 
 
@@ -192,7 +213,7 @@ def _read_section(r: _Reader, learned: int) -> list[Section]:
         v = tuple((_read_transposed if v_trans else _read_rows)(r, count) for _ in range(n_layer))
         return [Section(window, v_trans, k, v), *_read_rest(r, learned)]
     except FillUnavailable as with_v:
-        r.at = mark
+        r.back_to(mark)
         try:
             return [Section(window, v_trans, k, ()), *_read_rest(r, learned)]
         except FillUnavailable:
@@ -222,15 +243,16 @@ class Layout:
                 section.write(f, depth)
 
 
-def parse_state(data: bytes) -> Layout:
-    """The layout of a state file written by ``llama_state_seq_save_file`` for sequence 0."""
-    r = _Reader(data)
+def parse_state(f: BinaryIO, keep: int = LEARN_TOKENS) -> Layout:
+    """The layout of a state file written by ``llama_state_seq_save_file`` for sequence 0, with
+    the first ``keep`` cells' rows of each layer."""
+    r = _Reader(f, keep)
     magic, version = r.u32(), r.u32()
     if (magic, version) != (SEQ_MAGIC, SEQ_VERSION):
         raise FillUnavailable(f"this llama.cpp writes sequence states as magic {magic:#010x} version {version}; "
                               f"the filler knows {SEQ_MAGIC:#010x} version {SEQ_VERSION}")
     learned = r.u32()
-    r.take(4 * learned)
+    r.skip(4 * learned)
     if learned == 0 or r.done():
         raise FillUnavailable("the saved state holds no KV cells")
     return Layout(learned, tuple(_read_section(r, learned)))
@@ -272,11 +294,12 @@ class KvFiller:
             context.decode(tokens[start:start + context.n_ubatch])
         path = os.path.join(self.folder, "learned.bin")
         context.save_state(path, tokens)
-        with open(path, "rb") as f:
-            data = f.read()
-        os.remove(path)
-        context.clear()
-        return parse_state(data)
+        try:
+            with open(path, "rb") as f:
+                return parse_state(f)
+        finally:
+            os.remove(path)
+            context.clear()
 
     def fill(self, tokens: Sequence[int]) -> None:
         """Leave the context holding ``len(tokens)`` cells of sequence 0, checked."""
