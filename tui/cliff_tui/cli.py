@@ -81,6 +81,12 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                    help="full-size sliding-window caches (llama.cpp's --swa-full; off, as in llama-server)")
 
 
+def _add_fill_flag(p: argparse.ArgumentParser, auto: str) -> None:
+    p.add_argument("--fill", choices=("auto", "real", "synthetic"), default="auto",
+                   help="how the KV cache reaches depth: real prefill, or synthetic (cells loaded from a "
+                        f"state written to disk, only the last ubatch prefilled); auto: {auto}")
+
+
 def _add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headless", action="store_true", help="no screen: print the result and exit")
     p.add_argument("-o", "--output", choices=FORMATS, default="md", help="headless output format (default md)")
@@ -104,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_flags(run)
     run.add_argument("--depth", type=_tokens, default=4096, metavar="N", help="prefill depth (default 4096)")
     run.add_argument("--n-gen", type=_tokens, default=128, metavar="N", help="tokens to generate at depth")
+    _add_fill_flag(run, "real up to 8,192 tokens, synthetic deeper (default)")
     _add_output_flags(run)
     _add_monitor_flags(run)
 
@@ -119,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds the default depths may take on this machine (default 300)")
     tri.add_argument("--no-chain", action="store_true",
                      help="prefill every depth from zero (slower; for comparing with the chained design)")
+    _add_fill_flag(tri, "real where the default depths fit --budget, else synthetic at 16k/32k/65k; "
+                        "with --depths, real up to 8,192 tokens (default)")
     _add_output_flags(tri)
     _add_monitor_flags(tri)
 
@@ -235,7 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from cliff_tui.jobs.run import RunJob
     from cliff_tui.report import RUN_COLUMNS, dumps, markdown_table, run_record, run_rows
 
-    session = _session(args, RunJob(_run_settings(args, depth=args.depth)), queued=not args.headless)
+    session = _session(args, RunJob(_run_settings(args, depth=args.depth), fill=args.fill), queued=not args.headless)
     if not args.headless:
         return _tui(args, session)
     if _run_headless(session) == "cancelled" or not session.pipeline.results:
@@ -257,7 +266,7 @@ def cmd_triangulate(args: argparse.Namespace) -> int:
 
     job = TriangulateJob(_run_settings(args, depth=0), depths=args.depths, target=args.target,
                          reserve=args.reserve, kv_types=_kv_types(args), budget_s=args.budget,
-                         chain=not args.no_chain)
+                         chain=not args.no_chain, fill=args.fill)
     session = _session(args, job, queued=not args.headless)
     if not args.headless:
         return _tui(args, session)

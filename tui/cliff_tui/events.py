@@ -26,6 +26,7 @@ NoticeLevel = Literal["info", "warning"]
 ServerKind = Literal["llama-server", "ollama"]
 ServerStatus = Literal["ok", "unreachable", "no-metrics", "not-llama", "error"]
 BufferKind = Literal["model", "kv", "compute", "output", "recurrent"]
+FillMode = Literal["real", "synthetic"]  # how the KV cache reached depth: prefilled, or cells loaded
 
 ATTACH_RUN_ID = "attach"  # the run_id of an attached server's DecodeWindows
 
@@ -331,6 +332,7 @@ class RunResult:
     elapsed_s: float
     started_from_depth: int = 0
     cliff: CliffVerdict | None = None  # None in recordings made before the one verdict existed
+    fill: FillMode = "real"
 
     @property
     def drop_pct(self) -> float | None:

@@ -50,7 +50,7 @@ def run_record(r: RunResult) -> dict[str, Any]:
         "cliff": cliff_record(r.cliff),
         "verdict": v.level, "verdict_text": v.text, "knee_depth": v.knee_depth, "cause": v.cause,
         "prefill_tok_s": r.prefill_tok_s, "prefilled_tokens": r.prefilled_tokens,
-        "started_from_depth": r.started_from_depth,
+        "started_from_depth": r.started_from_depth, "fill": r.fill,
         "ram_baseline_bytes": r.ram_baseline_bytes, "ram_peak_bytes": r.ram_peak_bytes,
         "ram_delta_bytes": r.ram_delta_bytes, "model_ram_delta_bytes": model_ram_delta(r),
         "swap_delta_bytes": r.swap_delta_bytes,
@@ -258,7 +258,7 @@ def run_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
         point = memory_point(r)
         rows.append({
             "model": r.model_name, "kv": r.settings.cache_label,
-            "n_ctx": f"{r.n_ctx:,}", "depth": f"{r.depth:,}",
+            "n_ctx": f"{r.n_ctx:,}", "depth": f"{r.depth:,}" + (" filled" if r.fill == "synthetic" else ""),
             "mem_base": fmt_bytes(r.rss_baseline_bytes if point.touched_bytes == r.rss_peak_bytes
                                   else next((g.baseline_bytes for g in r.gpus), None)),
             "mem_peak": fmt_bytes(point.touched_bytes),

@@ -94,6 +94,16 @@ class LoadedModel:
         n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
         return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
 
+    def memory_kind(self) -> str:
+        """The memory it keeps: "attention" (a cell per token), "recurrent" or "hybrid" (a state per sequence)."""
+        if L.llama_model_is_hybrid(self.ptr):
+            return "hybrid"
+        return "recurrent" if L.llama_model_is_recurrent(self.ptr) else "attention"
+
+    def n_swa(self) -> int:
+        """The sliding attention window in tokens; 0 where every layer sees the whole context."""
+        return int(L.llama_model_n_swa(self.ptr))
+
     def free(self) -> None:
         if self.ptr:
             L.llama_model_free(self.ptr)

@@ -4,7 +4,9 @@
    llama.cpp reserves the whole KV cache here, and logs each buffer's size;
 2. baseline: memory, and decode tok/s after a minimal prompt;
 3. deep prefill to ``depth`` in batches, with short decode probes on the way (they give the
-   depth trend that sign 3 is judged against, and are removed from the cache after);
+   depth trend that sign 3 is judged against, and are removed from the cache after); or, with
+   ``fill="synthetic"``, KV cells loaded to each probe depth and to one ubatch short of ``depth``
+   (engine.fill), and only that last ubatch prefilled;
 4. ``n_gen`` tokens of decode at depth, in windows; the memory peak is tracked throughout.
 """
 
@@ -24,14 +26,15 @@ from cliff_tui.analysis.triangulation import gpu_index_of
 from cliff_tui.analysis.speed import classify_speed, window_rate
 from cliff_tui.analysis.theory import CACHE_TYPE_BYTES, kv_bytes_per_token, pad_n_ctx
 from cliff_tui.errors import BadInput, Cancelled, CliffError, DoesNotFit
+from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfillable_reason
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.llama import Context, LoadedModel, supports_gpu_offload
 from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line, parse_flash_attn
 from cliff_tui.engine.memory import MemoryTracker
 from cliff_tui.engine.tokens import MINIMAL_PROMPT, prompt_tokens
 from cliff_tui.events import (
-    BufferSize, BuffersReported, CliffVerdict, DecodePoint, DecodeWindow, GeneratedText, LogLine, ModelInfo, Notice,
-    RunFailed, RunFinished, RunProgress, RunResult, RunSettings, RunStarted,
+    BufferSize, BuffersReported, CliffVerdict, DecodePoint, DecodeWindow, FillMode, GeneratedText, LogLine, ModelInfo,
+    Notice, RunFailed, RunFinished, RunProgress, RunResult, RunSettings, RunStarted,
 )
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.sampler import Sampler, SamplerThread
@@ -55,6 +58,10 @@ class RunOptions:
     # triangulation): speed at a depth does not depend on n_ctx, and they give the depth trend
     # the shallow points this run skipped by loading a saved state.
     prior_points: tuple[DecodePoint, ...] = ()
+    # "synthetic": load KV cells to depth − one ubatch instead of prefilling them (see engine.fill),
+    # then prefill that last ubatch for real; falls back to a real prefill where it cannot
+    fill: FillMode = "real"
+    fill_dir: str | None = None  # where the filled states are written (default: the temp folder)
     sample_interval: float = 0.25
     progress_interval: float = 0.25
 
@@ -110,6 +117,8 @@ class Run:
         self.tracker = MemoryTracker()
         self.buffers: list[BufferSize] = []
         self.flash_attn_on: bool | None = None
+        self.fill: FillMode = "real"  # how this run's cache reached depth
+        self.architecture: str | None = None
         self._last_progress = 0.0
 
     # --- the experiment -------------------------------------------------------------------
@@ -133,6 +142,7 @@ class Run:
     def _execute(self, info: ModelInfo, n_ctx: int) -> RunResult:
         s = self.settings
         t0 = time.monotonic()
+        self.architecture = info.architecture
         self.publish(RunStarted(time.time(), self.run_id, s, info, n_ctx))
         self._progress("load", 0, force=True)
         self._check_host_memory(info, n_ctx)
@@ -192,14 +202,16 @@ class Run:
         if note is not None:
             self.publish(Notice(time.time(), note))
         tokens = prompt.tokens
-        reached = 0
+        checkpoints = [s.depth * k // (opt.probes + 1) for k in range(1, opt.probes + 1)]
+        reached, points = 0, []
         if opt.state_in:
             reached = min(context.load_state(opt.state_in), s.depth)
             context.truncate(reached)
+        elif opt.fill == "synthetic":
+            reached, points = self._fill(model, context, tokens, checkpoints)
         started_from = reached
-        checkpoints = [s.depth * k // (opt.probes + 1) for k in range(1, opt.probes + 1)]
-        checkpoints = [c for c in checkpoints if c > reached]
-        points: list[DecodePoint] = []
+        probed = {p.depth for p in points}
+        checkpoints = [c for c in checkpoints if c > reached and c not in probed]
         t_start = time.perf_counter()
         self._progress("prefill", reached, force=True)
         context.abort_on(self.cancel)
@@ -223,9 +235,44 @@ class Run:
             context.abort_on(None)
         elapsed = time.perf_counter() - t_start
         prefill_rate = (s.depth - started_from) / elapsed if s.depth > started_from and elapsed > 0 else None
+        if self.fill == "synthetic":
+            self._say_filled(started_from, prefill_rate)
         if opt.state_out:
             context.save_state(opt.state_out, tokens[: s.depth])
         return started_from, prefill_rate, points
+
+    def _fill(self, model: LoadedModel, context: Context, tokens: list[int],
+              checkpoints: list[int]) -> tuple[int, list[DecodePoint]]:
+        """Load cells to each probe depth and probe there, then to one ubatch short of depth
+        (the rest is prefilled for real); (0, no points) where the cache cannot be filled, said in
+        a notice."""
+        target = self.settings.depth - context.n_ubatch
+        points: list[DecodePoint] = []
+        try:
+            why = unfillable_reason(model, self.architecture)
+            if why is None and target <= learn_tokens(model):
+                why = f"{self.settings.depth:,} tokens is too shallow to fill"
+            if why is not None:
+                raise FillUnavailable(why)
+            self._progress("prefill", 0, force=True)
+            with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir) as filler:
+                for depth in checkpoints:
+                    self._check_cancel()
+                    filler.fill(tokens[:depth])
+                    self._progress("prefill", depth, force=True)
+                    points.append(self._probe(model, context, depth))
+                filler.fill(tokens[:target])
+        except FillUnavailable as exc:
+            context.clear()
+            self.publish(Notice(time.time(), f"the KV cache is prefilled for real: {exc}", "warning"))
+            return 0, []
+        self.fill = "synthetic"
+        return target, points
+
+    def _say_filled(self, filled: int, rate: float | None) -> None:
+        measured = f" at {rate:,.0f} tok/s" if rate else ""
+        self.publish(Notice(time.time(), f"KV filled to {filled:,} cells; prefill measured on the last "
+                                         f"{self.settings.depth - filled:,} tokens{measured}"))
 
     def _probe(self, model: LoadedModel, context: Context, depth: int) -> DecodePoint:
         durations, faults = self._generate(model, context, self.options.probe_tokens, "probe", emit_text=False)
@@ -334,7 +381,7 @@ class Run:
             rss_baseline_bytes=base.process.total_rss_bytes if base.process else None,
             rss_peak_bytes=t.rss_peak, rss_noise_bytes=t.rss_noise(),
             gpus=t.gpu_deltas(), gpus_reason=base.gpus_reason, elapsed_s=elapsed, started_from_depth=started_from,
-            cliff=cliff,
+            cliff=cliff, fill=self.fill,
         )
 
 

@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import threading
+import time
+from typing import TYPE_CHECKING
 
-from cliff_tui.events import RunSettings
+from cliff_tui.events import Notice, RunSettings
 from cliff_tui.jobs import OnWorker, Outcome, Publish
+
+if TYPE_CHECKING:
+    from cliff_tui.engine.fill import FillChoice
 
 
 class RunJob:
     follows_own_process = True
 
-    def __init__(self, settings: RunSettings) -> None:
+    def __init__(self, settings: RunSettings, fill: FillChoice = "real") -> None:
         self.settings = settings
+        self.fill = fill
         self.title = f"depth {settings.depth:,} · n_gen {settings.n_gen}"
 
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
-        from cliff_tui.engine.runner import Run  # llama.cpp loads when a run starts
+        from cliff_tui.engine.fill import AUTO_REAL_DEPTH, choose_fill
+        from cliff_tui.engine.runner import Run, RunOptions  # llama.cpp loads when a run starts
 
-        Run(self.settings, publish, cancel=cancel).execute()
+        fill = choose_fill(self.fill, self.settings.depth)
+        if self.fill == "auto" and fill == "synthetic":
+            publish(Notice(time.time(), f"depth {self.settings.depth:,} is past {AUTO_REAL_DEPTH:,}: the KV cache "
+                                        "is filled synthetically and the last ubatch prefilled (--fill real to "
+                                        "prefill it all)"))
+        Run(self.settings, publish, cancel=cancel, options=RunOptions(fill=fill)).execute()
         return "done"

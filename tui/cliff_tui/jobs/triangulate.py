@@ -21,12 +21,13 @@ from typing import Sequence
 
 from cliff_tui.analysis.theory import kv_bytes_per_token
 from cliff_tui.errors import BadInput, Cancelled
+from cliff_tui.engine.fill import FillChoice, choose_fill
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.runner import RunOptions, context_size, resolve_settings
 from cliff_tui.engine.worker import PrefillProfile, calibrate, run_point
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.events import (
-    DecodePoint, ModelInfo, Notice, RunFailed, RunFinished, RunResult, RunSettings, TriangulationPlanned,
+    DecodePoint, FillMode, ModelInfo, Notice, RunFailed, RunFinished, RunResult, RunSettings, TriangulationPlanned,
 )
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.units import fmt_duration
@@ -98,7 +99,7 @@ class TriangulateJob:
 
     def __init__(self, base: RunSettings, *, depths: Sequence[int] | None, target: int | None,
                  reserve: int | None, kv_types: Sequence[tuple[str, str]], budget_s: float = 300,
-                 chain: bool = True, options: RunOptions | None = None) -> None:
+                 chain: bool = True, options: RunOptions | None = None, fill: FillChoice = "real") -> None:
         self.base = base
         self.requested_depths = sorted(set(depths)) if depths else None
         self.target = target
@@ -107,6 +108,8 @@ class TriangulateJob:
         self.budget_s = budget_s
         self.chain = chain
         self.options = options or RunOptions()
+        self.fill_choice = fill
+        self.fill: FillMode = "real" if fill == "auto" else fill  # auto decides in run()
         self.depths: list[int] = list(self.requested_depths or DEFAULT_DEPTHS)
         self.profile: PrefillProfile | None = None  # the calibration's cost model, refitted as points finish
         self.promised_s: float | None = None  # the time it said it would take
@@ -120,8 +123,10 @@ class TriangulateJob:
         model = read_model_info(self.base.model_path)
         first = Sampler(pid=None).sample()
         note = ""
-        if self.requested_depths is None:
+        if self.requested_depths is None and self.fill_choice != "synthetic":
             self.depths, note = self._plan_depths(model, publish, cancel, on_worker)
+        elif self.fill_choice == "auto":
+            self.fill = choose_fill("auto", max(self.depths))
         self.title = f"depths {', '.join(f'{d:,}' for d in self.depths)}"
         publish(TriangulationPlanned(
             t=time.time(), depths=tuple(self.depths),
@@ -151,6 +156,10 @@ class TriangulateJob:
             raise BadInput("the calibration worker died: see the log (l) or run `cliff-tui run` to see why")
         depths, note, reduced = plan_depths(profile, self.budget_s / len(self.kv_types), self.base.n_gen)
         self.profile = profile
+        if reduced and self.fill_choice == "auto":
+            depths, note, reduced = list(DEFAULT_DEPTHS), _synthetic_note(profile, self.base.n_gen), False
+            self.fill = "synthetic"
+            publish(Notice(time.time(), note))
         self.promised_s = len(self.kv_types) * estimate_seconds(profile, depths, self.base.n_gen, self.chain)
         if reduced:
             publish(Notice(time.time(), note, "warning"))
@@ -164,21 +173,25 @@ class TriangulateJob:
         try:
             for i, depth in enumerate(self.depths):
                 deeper = i + 1 < len(self.depths)
-                state_out = os.path.join(workdir, f"kv-{depth}.bin") if self.chain and deeper else None
+                chain = self.chain and self.fill == "real"  # a filled point needs no earlier state
+                state_out = os.path.join(workdir, f"kv-{depth}.bin") if chain and deeper else None
                 if state_out and not _room_for_state(model, k, v, depth, workdir):
                     publish(Notice(time.time(), f"not enough free disk in {workdir} to chain the KV state at "
                                                 f"{depth:,} tokens: the next point prefills from zero", "warning"))
                     state_out = None
                 settings = dataclasses.replace(self.base, depth=depth, cache_type_k=k, cache_type_v=v)
                 options = dataclasses.replace(self.options, run_id=f"{k}-{depth}", state_in=state_in,
-                                              state_out=state_out, prior_points=prior if state_in else ())
+                                              state_out=state_out, prior_points=prior if state_in else (),
+                                              fill=self.fill)
                 finished = self._point(settings, options, publish, cancel, on_worker)
                 if state_in and os.path.exists(state_in):
                     os.remove(state_in)
                 state_in = state_out if finished and state_out and os.path.exists(state_out) else None
                 if finished:
+                    self.fill = finished.fill  # a point that could not be filled: the rest prefill and chain
                     prior = tuple(p for p in finished.decode_points if p.phase != "baseline")
-                    self._revise_estimate(finished, self.depths[i + 1:], types_after, publish)
+                    if self.fill == "real":  # the estimate is of real prefills
+                        self._revise_estimate(finished, self.depths[i + 1:], types_after, publish)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -222,6 +235,13 @@ class TriangulateJob:
                               depth=settings.depth))
             return None
         return outcome[-1].result if isinstance(outcome[-1], RunFinished) else None
+
+
+def _synthetic_note(profile: PrefillProfile, n_gen: int) -> str:
+    real = estimate_seconds(profile, DEFAULT_DEPTHS, n_gen, chain=True)
+    return (f"16k/32k/65k would take about {fmt_duration(real)} to prefill here; the KV cache is filled "
+            "synthetically to each depth instead and only its last ubatch prefilled (--fill real to prefill "
+            "and reduce the depths to the budget)")
 
 
 def _room_for_state(model: ModelInfo, k: str, v: str, depth: int, folder: str) -> bool:
