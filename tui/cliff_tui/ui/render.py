@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from rich.segment import Segment
 from rich.style import Style
@@ -14,7 +14,7 @@ from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import inert
 from cliff_tui.analysis.triangulation import default_reserve
 from cliff_tui.ui.graph import Graph, zoom_range
-from cliff_tui.units import MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
+from cliff_tui.units import GiB, MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
 
 GREEN, AMBER, RED, DIM = Style(color="green"), Style(color="yellow"), Style(color="red"), Style(dim=True)
 CYAN = Style(color="cyan")
@@ -179,7 +179,8 @@ def _byte_graphs(p: Pipeline, name: str, capacity: int | None, per_column: int, 
         style = lambda v: fill_style(v / capacity)  # noqa: E731
         out.append(Scaled(Graph(values, 0, capacity, style, DIM, mark), fmt_bytes(capacity), "0",
                           "cliff ╌" if mark is not None else "capacity"))
-    lo, hi = zoom_range(values, ZOOM_MIN_SPAN, MiB)
+    top = max((v for v in values if v is not None), default=0)
+    lo, hi = zoom_range(values, ZOOM_MIN_SPAN, GiB if top >= GiB else MiB)  # round ends in the unit shown
     style = (lambda v: fill_style(v / capacity)) if capacity else None  # noqa: E731
     out.append(Scaled(Graph(values, lo, hi, style, DIM), fmt_bytes(hi), fmt_bytes(lo), "zoom"))
     return tuple(out)
