@@ -1,0 +1,125 @@
+"""Does a filled KV cache measure what a prefilled one does? And the seed's depths, filled.
+
+    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--seed-depths]
+
+Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window attention): a
+``run --fill synthetic`` and a ``run --fill real``, each in a fresh process, alternated, ``--reps``
+times. Compared: decode tok/s at depth (goal: the medians within the repetitions' own spread and
+≤ 3 % apart), touched memory (RSS peak − baseline) and allocated memory (the KV, model and
+compute buffers: goal identical; touched within 1 %), and the time each took.
+
+Part 2 (``--seed-depths``): ``triangulate --depths 16k,32k,65k --fill synthetic`` on SmolLM2:
+the time to the full answer (goal ≤ 5 minutes) and the projection's miss at 65k from the two
+shallower points (goal ≤ 2 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "bench")]
+
+from benchutil import OtherLoad, command_line, machine_line  # noqa: E402
+from cliff_tui.units import parse_tokens  # noqa: E402
+from triangulate_bench import gemma3_path, smollm2_path  # noqa: E402
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT / "tui"))
+
+
+def cli(*args: str, timeout: float = 3600) -> tuple[dict, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "cliff_tui", *args, "--headless", "-o", "json"],
+                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"cliff-tui {' '.join(args)} failed: {proc.stderr[-800:]}")
+    return json.loads(proc.stdout), time.monotonic() - t0
+
+
+def allocated(run: dict) -> int:
+    return sum(sum(run[k].values()) for k in ("kv_buffers", "model_buffers", "compute_buffers"))
+
+
+def touched(run: dict) -> int:
+    return run["rss_peak_bytes"] - run["rss_baseline_bytes"]
+
+
+def compare(model: Path, depth: int, reps: int) -> dict:
+    rows: dict[str, list[dict]] = {"synthetic": [], "real": []}
+    for rep in range(reps):
+        for fill in (("synthetic", "real") if rep % 2 == 0 else ("real", "synthetic")):
+            run, wall = cli("run", "-m", str(model), "--depth", str(depth), "--n-gen", "32", "--fill", fill)
+            rows[fill].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "allocated": allocated(run),
+                               "wall": wall, "fill": run.get("fill")})
+    out = {}
+    for fill, rs in rows.items():
+        rates = [r["tok_s"] for r in rs]
+        out[fill] = {"tok_s": statistics.median(rates), "spread": (max(rates) - min(rates)) / 2,
+                     "touched": statistics.median(r["touched"] for r in rs),
+                     "allocated": {r["allocated"] for r in rs}, "wall": statistics.median(r["wall"] for r in rs),
+                     "modes": {r["fill"] for r in rs}}
+    return out
+
+
+def report(name: str, depth: int, c: dict) -> None:
+    s, r = c["synthetic"], c["real"]
+    apart = abs(s["tok_s"] - r["tok_s"]) / r["tok_s"] * 100
+    within = abs(s["tok_s"] - r["tok_s"]) <= max(s["spread"], r["spread"])
+    touched_pct = abs(s["touched"] - r["touched"]) / max(r["touched"], 1) * 100
+    print(f"| {name} | {depth:,} | {s['tok_s']:.1f} ± {s['spread']:.1f} | {r['tok_s']:.1f} ± {r['spread']:.1f} | "
+          f"{apart:.1f} % {'(within spread)' if within else '(OUTSIDE spread)'} | "
+          f"{s['touched'] / 2**20:.1f} / {r['touched'] / 2**20:.1f} MiB ({touched_pct:.1f} %) | "
+          f"{'identical' if s['allocated'] == r['allocated'] and len(s['allocated']) == 1 else 'DIFFER'} | "
+          f"{s['wall']:.1f} / {r['wall']:.1f} s | {','.join(sorted(s['modes']))} |", flush=True)
+
+
+def seed_depths(model: Path) -> None:
+    """The triangulation's own check of its deepest point against the line through the other two."""
+    record, wall = cli("triangulate", "-m", str(model), "--depths", "16k,32k,65k", "--fill", "synthetic",
+                       "--n-gen", "32", "--target", "65536")
+    fills = ",".join(sorted({r.get("fill", "?") for r in record["runs"]}))
+    misses = "; ".join(f"{c['figure']} {c['error_pct']:.2f} % {c['direction']} at n_ctx {c['n_ctx']:,}"
+                       for c in record["checks"])
+    print(f"\nseed depths 16k/32k/65k, filled ({fills}): the full answer in {wall / 60:.1f} min (goal ≤ 5); "
+          f"the deepest point against the line through the two shallower: {misses} (goal ≤ 2 %); "
+          f"verdict: {record['verdict']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--depths", default="1k,2k,4k")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--gemma3", help="Gemma 3 270M GGUF (else the installed package or none)")
+    ap.add_argument("--seed-depths", action="store_true", help="also triangulate 16k/32k/65k filled")
+    ap.add_argument("--no-compare", action="store_true", help="only the seed depths")
+    args = ap.parse_args()
+    print(machine_line())
+    print(command_line(__file__))
+    load = OtherLoad()
+    models = [("SmolLM2-135M", smollm2_path())]
+    gemma, why = gemma3_path(args.gemma3, None)
+    if gemma is not None:
+        models.append(("Gemma 3 270M", gemma))
+    else:
+        print(f"Gemma 3 skipped: {why}")
+    if not args.no_compare:
+        print("\n| model | depth | filled tok/s | real tok/s | apart | touched filled / real | allocated | "
+              "time filled / real | fill |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
+        for name, model in models:
+            for depth in (parse_tokens(d) for d in args.depths.split(",")):
+                report(name, depth, compare(model, depth, args.reps))
+    if args.seed_depths:
+        seed_depths(models[0][1])
+    print("\n" + load.stop().describe())
+
+
+if __name__ == "__main__":
+    main()
