@@ -261,11 +261,16 @@ async def test_no_color_keeps_every_state_readable(monkeypatch):
 TRIANGULATION = os.path.join(os.path.dirname(__file__), "..", "data", "smollm2_triangulation.jsonl")
 
 
+async def replay_to_the_end(pilot, settle_s: float = 0.3) -> None:
+    """Play a replay, jump to its end (it pauses there), and let the screen settle."""
+    await pilot.press("space", "end")
+    await pilot.pause(settle_s)
+
+
 async def _replayed_to_the_end(size: tuple[int, int]) -> tuple[CliffApp, str, str]:
     app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
     async with app.run_test(size=size) as pilot:
-        await pilot.press("space", "end")
-        await pilot.pause(0.4)
+        await replay_to_the_end(pilot, 0.4)
         text = screen_text(app)
         return app, text, text.splitlines()[-1]
 

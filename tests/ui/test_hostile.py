@@ -31,7 +31,7 @@ from cliff_tui.text import inert
 from cliff_tui.ui.app import CliffApp
 from hostile import EVIL, hostile_text
 from tiny_model import write_tiny_llama
-from ui.test_app import screen_text
+from ui.test_app import replay_to_the_end, screen_text
 
 HOSTILE_RECORDING = Path(__file__).parents[1] / "data" / "hostile.jsonl"
 SHOWN = inert(EVIL)  # what the screen must show of it: every sequence visible, the markup literal
@@ -69,20 +69,15 @@ def stray_controls(stream: str) -> list[str]:
                    if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") and ch not in "\n\r"})
 
 
-async def _replay_paused_at_the_end(pilot) -> None:
-    await pilot.press("space", "end")
-    await pilot.pause(0.3)
-
-
 def test_the_hostile_recording_replays_with_every_panel_line_intact(snap_compare):
     app = CliffApp("replay", Session(recording=open_recording(HOSTILE_RECORDING)))
-    assert snap_compare(app, terminal_size=(160, 40), run_before=_replay_paused_at_the_end)
+    assert snap_compare(app, terminal_size=(160, 40), run_before=replay_to_the_end)
 
 
 async def test_the_hostile_recording_shows_its_sequences_and_writes_none(terminal):
     app = CliffApp("replay", Session(recording=open_recording(HOSTILE_RECORDING)))
     async with app.run_test(size=(160, 40)) as pilot:
-        await _replay_paused_at_the_end(pilot)
+        await replay_to_the_end(pilot)
         text = screen_text(app)
         lines = text.splitlines()
     stream = "".join(terminal)

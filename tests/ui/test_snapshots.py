@@ -12,6 +12,7 @@ from cliff_tui.recording import demo
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.session import Session
 from cliff_tui.ui.app import CliffApp
+from ui.test_app import replay_to_the_end
 
 DATA = Path(__file__).parents[1] / "data"
 TRIANGULATION = DATA / "smollm2_triangulation.jsonl"
@@ -27,19 +28,14 @@ def test_gpu_cliff_run_at_120x40(snap_compare):
     assert snap_compare(app, terminal_size=(120, 40))
 
 
-async def _to_the_end(pilot) -> None:
-    await pilot.press("space", "end")
-    await pilot.pause(0.3)
-
-
 def test_triangulation_pane_beside_the_tiers_at_200x50(snap_compare):
     app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
-    assert snap_compare(app, terminal_size=(200, 50), run_before=_to_the_end)
+    assert snap_compare(app, terminal_size=(200, 50), run_before=replay_to_the_end)
 
 
 def test_triangulation_pane_below_the_tiers_at_120x40(snap_compare):
     app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
-    assert snap_compare(app, terminal_size=(120, 40), run_before=_to_the_end)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=replay_to_the_end)
 
 
 def test_replayed_frame_mid_run_at_100x30(snap_compare):
