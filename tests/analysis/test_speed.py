@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cliff_tui.analysis.speed import classify_speed, robust_line
+from cliff_tui.analysis.speed import classify_speed, robust_line, steady
 from cliff_tui.events import DecodePoint
 
 DATA = Path(__file__).parents[1] / "data"
@@ -105,3 +105,10 @@ def test_recorded_smollm2_cpu_trace_is_an_expected_decline():
     assert trace["drop_pct"] > 40  # the raw drop alone would look like a cliff
     assert v.level == "ok", v.text
     assert v.knee_depth is None
+
+
+def test_decode_windows_are_steady_once_three_agree_and_none_paged():
+    assert not steady([(10.0, 0.0), (10.1, 0.0)])
+    assert steady([(7.0, 0.0), (10.0, 0.0), (10.3, 0.0), (9.8, None)])
+    assert not steady([(10.0, 0.0), (10.0, 0.0), (8.0, 0.0)])
+    assert not steady([(10.0, 0.0), (10.0, 200.0), (10.0, 0.0)])  # one window read its pages back

@@ -118,17 +118,23 @@ def test_a_state_llama_cpp_refuses_falls_back_to_a_real_prefill_and_says_so(tiny
     assert [p.phase for p in result.decode_points].count("probe") == 7
 
 
-def test_a_filled_run_probes_on_the_way_and_prefills_only_the_last_ubatch(tiny_model):
+def test_a_filled_run_probes_on_the_way_and_prefills_only_its_largest_call(tiny_model):
     events = []
-    result = Run(RunSettings(str(tiny_model), 2048, 8), events.append, options=RunOptions(fill="synthetic")).execute()
+    result = Run(RunSettings(str(tiny_model), 4096, 8), events.append, options=RunOptions(fill="synthetic")).execute()
     assert result.fill == "synthetic"
-    assert result.started_from_depth == 2048 - 512 and result.prefilled_tokens == 512
+    assert result.started_from_depth == 4096 - 512 and result.prefilled_tokens == 512  # one ubatch
     probes = [p.depth for p in result.decode_points if p.phase == "probe"]
-    assert probes == [2048 * k // 8 for k in range(1, 8)]
+    assert probes == [4096 * k // 8 for k in range(1, 8)]
     assert result.prefill_tok_s and result.depth_tok_s
-    assert run_record(result)["fill"] == "synthetic" and run_rows([result])[0]["depth"] == "2,048 filled"
-    assert any(isinstance(e, Notice) and e.text.startswith("KV filled to 1,536 cells; prefill measured on the last "
+    assert run_record(result)["fill"] == "synthetic" and run_rows([result])[0]["depth"] == "4,096 filled"
+    assert any(isinstance(e, Notice) and e.text.startswith("KV filled to 3,584 cells; prefill measured on the last "
                                                            "512 tokens at ") for e in events)
+
+
+def test_where_probes_come_closer_than_a_ubatch_the_filled_tail_is_the_gap_between_them(tiny_model):
+    result = Run(RunSettings(str(tiny_model), 2048, 8), lambda _: None, options=RunOptions(fill="synthetic")).execute()
+    # a real prefill of 2,048 tokens with 7 probes never calls llama_decode with more than 256
+    assert result.started_from_depth == 2048 - 256 and result.prefilled_tokens == 256
 
 
 @pytest.mark.parametrize("arch, why", [("mamba", "recurrent"), ("jamba", "hybrid")])
@@ -159,7 +165,7 @@ def test_sliding_window_and_mla_caches_fill(tmp_path, arch):
         context.free()
         model.free()
     result = Run(RunSettings(str(path), 1536, 8), lambda e: None, options=RunOptions(fill="synthetic")).execute()
-    assert result.fill == "synthetic" and result.prefilled_tokens == 512
+    assert result.fill == "synthetic" and result.prefilled_tokens == 1536 // 8  # the gap between probes
 
 
 def _cli_run(model, fill_mode: str, depth: int, *flags: str) -> dict:
@@ -172,10 +178,10 @@ def _cli_run(model, fill_mode: str, depth: int, *flags: str) -> dict:
 @pytest.mark.model
 def test_a_filled_context_holds_the_memory_a_prefilled_one_does(smollm2):
     """Each run in its own process (RSS does not come back in one): the KV buffers are the same
-    bytes, and the RSS peak and its rise from the baseline agree within 2 %. Ubatches of 256: at
-    2k the probes, 256 tokens apart, cut a real prefill into calls of 256, and a full ubatch
-    touches more of the compute buffer (13 MiB more at 512 here) than the real run ever does."""
-    real, filled = (_cli_run(smollm2, mode, 2048, "-ub", "256") for mode in ("real", "synthetic"))
+    bytes, and the RSS peak and its rise from the baseline agree within 2 %. At 2k the probes,
+    256 tokens apart, cut a real prefill into calls of 256, and the filled run's one real call is
+    as long, so both touch as much of the compute buffer."""
+    real, filled = (_cli_run(smollm2, mode, 2048) for mode in ("real", "synthetic"))
     assert (real["fill"], filled["fill"]) == ("real", "synthetic")
     assert filled["kv_buffers"] == real["kv_buffers"] and filled["allocated_bytes"] == real["allocated_bytes"]
     assert filled["rss_peak_bytes"] == pytest.approx(real["rss_peak_bytes"], rel=0.02)
@@ -189,7 +195,7 @@ def test_a_filled_triangulation_fills_each_point_and_says_so_in_its_output(tiny_
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     runs = json.loads(proc.stdout)["runs"]
-    assert [(r["fill"], r["started_from_depth"]) for r in runs] == [("synthetic", 512), ("synthetic", 1536)]
+    assert [(r["fill"], r["started_from_depth"]) for r in runs] == [("synthetic", 1024 - 128), ("synthetic", 2048 - 256)]
 
 
 @pytest.mark.parametrize("fill_choice, tok_s, depths, mode", [
@@ -214,3 +220,5 @@ def test_auto_fills_where_a_real_prefill_would_not_fit_the_budget(tiny_model, mo
     else:
         assert max(chosen) < max(DEFAULT_DEPTHS)
     assert any("filled synthetically" in n.text for n in notices) == (mode == "synthetic")
+    if mode == "synthetic":  # the time it will take, as the real path says its own
+        assert any("prefilled: about " in n.text for n in notices)

@@ -16,7 +16,9 @@ from cliff_tui.engine.worker import PrefillProfile
 from cliff_tui.events import RunFinished, RunSettings
 from cliff_tui.recording.export import replay_all
 from cliff_tui.recording.reader import open_recording
-from cliff_tui.jobs.triangulate import DEFAULT_DEPTHS, TriangulateJob, estimate_seconds, plan_depths
+from cliff_tui.jobs.triangulate import (
+    DEFAULT_DEPTHS, TriangulateJob, estimate_filled_seconds, estimate_seconds, plan_depths,
+)
 from cliff_tui.report import triangulation_output
 
 
@@ -110,6 +112,19 @@ def test_default_depths_shrink_to_the_budget_and_say_so():
     assert estimate_seconds(cpu, depths, 64, chain=False) > estimate_seconds(cpu, depths, 64, chain=True)
     gpu = PrefillProfile(p=1 / 8000, q=1e-9, a=0.01, b=1e-7, load_s=3)
     assert plan_depths(gpu, 300, 64)[:1] == ([16_000, 32_000, 65_000],)
+
+
+def test_a_filled_triangulation_is_estimated_by_its_last_calls_not_the_whole_prefill():
+    cpu = PrefillProfile(p=1 / 150, q=1.9e-6, a=0.0118, b=4.2e-6, load_s=0.5)
+    per_cell = 23_040  # SmolLM2's f16 KV
+    filled = estimate_filled_seconds(cpu, DEFAULT_DEPTHS, 64, per_cell, 512)
+    real = estimate_seconds(cpu, DEFAULT_DEPTHS, 64, chain=True)
+    assert 60 < filled < real / 10
+    tail_65k = cpu.prefill_seconds(65_000 - 512, 65_000)
+    assert filled > tail_65k + cpu.decode_seconds(65_000, 24)
+    # each point probes only deeper than the one before: starting at 32k leaves the 65k point alone
+    assert estimate_filled_seconds(cpu, [65_000], 64, per_cell, 512, reached=32_000) < \
+        estimate_filled_seconds(cpu, [65_000], 64, per_cell, 512)
 
 
 def test_bad_depths_and_kv_types_exit_2(tiny_model):

@@ -232,3 +232,15 @@ def window_rate(durations_s: Sequence[float]) -> tuple[float, float]:
     rates = [1.0 / d for d in durations_s if d > 0]
     spread = statistics.pstdev(rates) if len(rates) > 1 else 0.0
     return rate, spread
+
+
+def steady(windows: Sequence[tuple[float, float | None]]) -> bool:
+    """Whether decode windows (tok/s, major faults per token) have settled: the last
+    ``STEADY_WINDOWS`` lie within ``STEADY_WINDOW_SPREAD`` of their median and none of them paged."""
+    last = windows[-th.STEADY_WINDOWS:]
+    if len(last) < th.STEADY_WINDOWS:
+        return False
+    if any(f is not None and f >= th.SWAP_IN_FAULTS_PER_TOKEN for _, f in last):
+        return False
+    middle = statistics.median(rate for rate, _ in last)
+    return middle > 0 and all(abs(rate - middle) <= th.STEADY_WINDOW_SPREAD * middle for rate, _ in last)

@@ -23,7 +23,7 @@ from typing import Callable
 from cliff_tui.analysis.buffers import by_kind, kv_device
 from cliff_tui.analysis.cliff import cliff_verdict, memory_sign
 from cliff_tui.analysis.triangulation import gpu_index_of
-from cliff_tui.analysis.speed import classify_speed, window_rate
+from cliff_tui.analysis.speed import classify_speed, steady, window_rate
 from cliff_tui.analysis.theory import CACHE_TYPE_BYTES, kv_bytes_per_token, pad_n_ctx
 from cliff_tui.errors import BadInput, Cancelled, CliffError, DoesNotFit
 from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfillable_reason
@@ -62,6 +62,8 @@ class RunOptions:
     # then prefill that last ubatch for real; falls back to a real prefill where it cannot
     fill: FillMode = "real"
     fill_dir: str | None = None  # where the filled states are written (default: the temp folder)
+    # stop the decode at depth once its windows are steady (analysis.speed.steady), n_gen at most
+    stop_when_steady: bool = False
     sample_interval: float = 0.25
     progress_interval: float = 0.25
 
@@ -203,12 +205,16 @@ class Run:
             self.publish(Notice(time.time(), note))
         tokens = prompt.tokens
         checkpoints = [s.depth * k // (opt.probes + 1) for k in range(1, opt.probes + 1)]
+        # a real prefill's largest call: one ubatch, or less where probes come closer together
+        largest_call = min(context.n_ubatch, s.depth - checkpoints[-1]) if checkpoints else context.n_ubatch
+        measured = max((p.depth for p in opt.prior_points), default=0)  # an earlier point probed up to here
+        checkpoints = [c for c in checkpoints if c > measured]
         reached, points = 0, []
         if opt.state_in:
             reached = min(context.load_state(opt.state_in), s.depth)
             context.truncate(reached)
         elif opt.fill == "synthetic":
-            reached, points = self._fill(model, context, tokens, checkpoints)
+            reached, points = self._fill(model, context, tokens, checkpoints, largest_call)
         started_from = reached
         probed = {p.depth for p in points}
         checkpoints = [c for c in checkpoints if c > reached and c not in probed]
@@ -241,12 +247,13 @@ class Run:
             context.save_state(opt.state_out, tokens[: s.depth])
         return started_from, prefill_rate, points
 
-    def _fill(self, model: LoadedModel, context: Context, tokens: list[int],
-              checkpoints: list[int]) -> tuple[int, list[DecodePoint]]:
-        """Load cells to each probe depth and probe there, then to one ubatch short of depth
-        (the rest is prefilled for real); (0, no points) where the cache cannot be filled, said in
-        a notice."""
-        target = self.settings.depth - context.n_ubatch
+    def _fill(self, model: LoadedModel, context: Context, tokens: list[int], checkpoints: list[int],
+              tail: int) -> tuple[int, list[DecodePoint]]:
+        """Load cells to each probe depth and probe there, then to ``tail`` tokens short of depth
+        (those are prefilled for real, as one call, the largest a real prefill would make, so the
+        compute buffers are touched as far as a real prefill touches them); (0, no points) where
+        the cache cannot be filled, said in a notice."""
+        target = self.settings.depth - tail
         points: list[DecodePoint] = []
         try:
             why = unfillable_reason(model, self.architecture)
@@ -282,17 +289,20 @@ class Run:
 
     def _decode_at_depth(self, model: LoadedModel, context: Context) -> tuple[float | None, list[DecodePoint]]:
         self._progress("decode", self.settings.depth, force=True)
-        durations, faults = self._generate(model, context, self.settings.n_gen, "depth", emit_text=True)
+        durations, faults = self._generate(model, context, self.settings.n_gen, "depth", emit_text=True,
+                                           until_steady=self.options.stop_when_steady)
         w = self.options.window_tokens
         points = [DecodePoint(depth=self.settings.depth + i, ms_per_token=_window_ms(durations[i:i + w]),
                               n_tokens=len(durations[i:i + w]), phase="depth", major_faults=window_faults)
                   for i, window_faults in zip(range(0, len(durations), w), faults)]
         return _steady_rate(durations), points
 
-    def _generate(self, model: LoadedModel, context: Context, n: int, phase: str,
-                  emit_text: bool) -> tuple[list[float], list[int | None]]:
-        """Greedy decode of ``n`` tokens, one ``llama_decode`` each: per-token wall seconds, and the
-        pages this process read back during each window of them."""
+    def _generate(self, model: LoadedModel, context: Context, n: int, phase: str, emit_text: bool,
+                  until_steady: bool = False) -> tuple[list[float], list[int | None]]:
+        """Greedy decode of ``n`` tokens (fewer once the windows are steady, ``until_steady``), one
+        ``llama_decode`` each: per-token wall seconds, and the pages this process read back during
+        each window of them."""
+        windows: list[tuple[float, float | None]] = []
         durations: list[float] = []
         faults: list[int | None] = []
         window: list[float] = []
@@ -317,8 +327,11 @@ class Run:
                 if text:
                     self.publish(GeneratedText(time.time(), self.run_id, "".join(text)))
                 window, text = [], []
+                windows.append((rate, None if faults[-1] is None else faults[-1] / decoded.n_tokens))
                 if phase == "depth":
                     self._progress("decode", start_depth + i + 1, eta_s=(n - i - 1) / rate if rate else None)
+                if until_steady and steady(windows):
+                    break
             if i < n - 1:
                 self._check_cancel()
         return durations, faults

@@ -20,6 +20,7 @@ import time
 from typing import Sequence
 
 from cliff_tui.analysis.theory import kv_bytes_per_token
+from cliff_tui.analysis.thresholds import STEADY_WINDOWS
 from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.engine.fill import FillChoice, choose_fill
 from cliff_tui.engine.gguf_meta import read_model_info
@@ -30,29 +31,64 @@ from cliff_tui.events import (
     DecodePoint, FillMode, ModelInfo, Notice, RunFailed, RunFinished, RunResult, RunSettings, TriangulationPlanned,
 )
 from cliff_tui.probes.sampler import Sampler
-from cliff_tui.units import fmt_duration
+from cliff_tui.units import MiB, fmt_duration
 
 DEFAULT_DEPTHS = (16_000, 32_000, 65_000)
 OVERSHOOT = 1.25  # a triangulation this much longer than it said it would take says so
 MIN_DEEPEST = 1024
 DEPTH_STEP = 256
+FILL_BYTES_PER_S = 400 * MiB  # writing a filled state and loading it back, as measured on a VM's disk
+POINT_OPTIONS = RunOptions(stop_when_steady=True)
+
+
+def decode_tokens(n_gen: int, options: RunOptions) -> int:
+    """The tokens a point decodes at depth, where its windows settle as they usually do."""
+    return min(n_gen, STEADY_WINDOWS * options.window_tokens) if options.stop_when_steady else n_gen
 
 
 def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, chain: bool,
-                     options: RunOptions = RunOptions(), reached: int = 0) -> float:
+                     options: RunOptions = POINT_OPTIONS, reached: int = 0) -> float:
     """Wall time of a triangulation from the measured cost model (both designs, for the README);
     ``reached``: the depth a chained triangulation has already prefilled to."""
     total = 0.0
-    probes = options.probes
     for depth in sorted(depths):
         start = reached if chain else 0
-        total += profile.load_s + profile.decode_seconds(0, options.baseline_tokens)
+        total += _point_overhead(profile, depth, n_gen, options)
         total += profile.prefill_seconds(start, depth)
-        total += sum(profile.decode_seconds(depth * k // (probes + 1), options.probe_tokens)
-                     for k in range(1, probes + 1) if depth * k // (probes + 1) > start)
-        total += profile.decode_seconds(depth, n_gen)
+        total += _probe_seconds(profile, depth, start, options)
         reached = depth
     return total
+
+
+def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, bytes_per_cell: float,
+                            ubatch: int, options: RunOptions = POINT_OPTIONS, reached: int = 0) -> float:
+    """Wall time of a filled triangulation: per point, each probe depth above the last point's
+    and the depth itself written and loaded, the probes, and one call of real prefill at depth."""
+    total = 0.0
+    for depth in sorted(depths):
+        probed = _probe_depths(depth, reached, options)
+        tail = min(ubatch, depth - max(_probe_depths(depth, 0, options), default=0))
+        total += _point_overhead(profile, depth, n_gen, options)
+        total += sum(probed + [depth - tail]) * bytes_per_cell / FILL_BYTES_PER_S
+        total += _probe_seconds(profile, depth, reached, options)
+        total += profile.prefill_seconds(depth - tail, depth)
+        reached = depth
+    return total
+
+
+def _probe_depths(depth: int, above: int, options: RunOptions) -> list[int]:
+    probes = options.probes
+    return [d for d in (depth * k // (probes + 1) for k in range(1, probes + 1)) if d > above]
+
+
+def _probe_seconds(profile: PrefillProfile, depth: int, above: int, options: RunOptions) -> float:
+    return sum(profile.decode_seconds(d, options.probe_tokens) for d in _probe_depths(depth, above, options))
+
+
+def _point_overhead(profile: PrefillProfile, depth: int, n_gen: int, options: RunOptions) -> float:
+    """Load, baseline and the decode at depth: what every point costs however it reaches depth."""
+    return (profile.load_s + profile.decode_seconds(0, options.baseline_tokens)
+            + profile.decode_seconds(depth, decode_tokens(n_gen, options)))
 
 
 def fit_depths(profile: PrefillProfile, budget_s: float, n_gen: int, shape: Sequence[int] = DEFAULT_DEPTHS) -> list[int]:
@@ -107,12 +143,13 @@ class TriangulateJob:
         self.kv_types = list(kv_types)
         self.budget_s = budget_s
         self.chain = chain
-        self.options = options or RunOptions()
+        self.options = dataclasses.replace(options or RunOptions(), stop_when_steady=True)
         self.fill_choice = fill
         self.fill: FillMode = "real" if fill == "auto" else fill  # auto decides in run()
         self.depths: list[int] = list(self.requested_depths or DEFAULT_DEPTHS)
         self.profile: PrefillProfile | None = None  # the calibration's cost model, refitted as points finish
         self.promised_s: float | None = None  # the time it said it would take
+        self.model: ModelInfo | None = None  # read from the GGUF header when the job runs
         self._t0 = time.monotonic()
         shown = ",".join(f"{d:,}" for d in self.depths) if self.requested_depths else "adaptive"
         self.title = f"depths {shown}"
@@ -120,7 +157,7 @@ class TriangulateJob:
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
         for k, v in self.kv_types:
             resolve_settings(dataclasses.replace(self.base, depth=1, cache_type_k=k, cache_type_v=v))
-        model = read_model_info(self.base.model_path)
+        model = self.model = read_model_info(self.base.model_path)
         first = Sampler(pid=None).sample()
         note = ""
         if self.requested_depths is None and self.fill_choice != "synthetic":
@@ -157,13 +194,26 @@ class TriangulateJob:
         depths, note, reduced = plan_depths(profile, self.budget_s / len(self.kv_types), self.base.n_gen)
         self.profile = profile
         if reduced and self.fill_choice == "auto":
-            depths, note, reduced = list(DEFAULT_DEPTHS), _synthetic_note(profile, self.base.n_gen), False
-            self.fill = "synthetic"
+            self.fill, depths, reduced = "synthetic", list(DEFAULT_DEPTHS), False
+            self.promised_s = len(self.kv_types) * self._estimate(depths)
+            note = _synthetic_note(profile, self.base.n_gen, self.promised_s)
             publish(Notice(time.time(), note))
-        self.promised_s = len(self.kv_types) * estimate_seconds(profile, depths, self.base.n_gen, self.chain)
+        else:
+            self.promised_s = len(self.kv_types) * self._estimate(depths)
         if reduced:
             publish(Notice(time.time(), note, "warning"))
         return depths, note
+
+    def _estimate(self, depths: Sequence[int], reached: int = 0) -> float:
+        """Seconds the points at ``depths`` will take for one KV type, as this job reaches them."""
+        assert self.profile is not None
+        n_gen, opt = self.base.n_gen, self.options
+        if self.fill == "synthetic":
+            k, v = self.kv_types[0]
+            per_cell = (kv_bytes_per_token(self.model, k, v) if self.model else None) or 0
+            ubatch = min(self.base.ubatch_size, self.base.batch_size)
+            return estimate_filled_seconds(self.profile, depths, n_gen, per_cell, ubatch, opt, reached)
+        return estimate_seconds(self.profile, depths, n_gen, self.chain, opt, reached if self.chain else 0)
 
     def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Publish, cancel: threading.Event,
                           on_worker: OnWorker, types_after: int = 0) -> None:
@@ -180,9 +230,10 @@ class TriangulateJob:
                                                 f"{depth:,} tokens: the next point prefills from zero", "warning"))
                     state_out = None
                 settings = dataclasses.replace(self.base, depth=depth, cache_type_k=k, cache_type_v=v)
+                # a filled point, like a chained one, probes only deeper than the points before it
+                earlier = prior if state_in or self.fill == "synthetic" else ()
                 options = dataclasses.replace(self.options, run_id=f"{k}-{depth}", state_in=state_in,
-                                              state_out=state_out, prior_points=prior if state_in else (),
-                                              fill=self.fill)
+                                              state_out=state_out, prior_points=earlier, fill=self.fill)
                 finished = self._point(settings, options, publish, cancel, on_worker)
                 if state_in and os.path.exists(state_in):
                     os.remove(state_in)
@@ -190,8 +241,7 @@ class TriangulateJob:
                 if finished:
                     self.fill = finished.fill  # a point that could not be filled: the rest prefill and chain
                     prior = tuple(p for p in finished.decode_points if p.phase != "baseline")
-                    if self.fill == "real":  # the estimate is of real prefills
-                        self._revise_estimate(finished, self.depths[i + 1:], types_after, publish)
+                    self._revise_estimate(finished, self.depths[i + 1:], types_after, publish)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -201,12 +251,10 @@ class TriangulateJob:
         overshoot what it said, say so with the new estimate."""
         if self.profile is None or self.promised_s is None or not result.prefill_tok_s:
             return
-        start, depth, n_gen = result.started_from_depth, result.depth, self.base.n_gen
+        start, depth = result.started_from_depth, result.depth
         predicted = (depth - start) / max(self.profile.prefill_seconds(start, depth), 1e-9)
         self.profile = self.profile.with_prefill(start, depth, (depth - start) / result.prefill_tok_s)
-        reached = depth if self.chain else 0
-        left = estimate_seconds(self.profile, remaining, n_gen, self.chain, reached=reached) \
-            + types_after * estimate_seconds(self.profile, self.depths, n_gen, self.chain)
+        left = self._estimate(remaining, reached=depth) + types_after * self._estimate(self.depths)
         total = time.monotonic() - self._t0 + left
         if total > OVERSHOOT * self.promised_s:
             publish(Notice(time.time(), f"this triangulation will take about {fmt_duration(total)} in all, not "
@@ -237,11 +285,11 @@ class TriangulateJob:
         return outcome[-1].result if isinstance(outcome[-1], RunFinished) else None
 
 
-def _synthetic_note(profile: PrefillProfile, n_gen: int) -> str:
+def _synthetic_note(profile: PrefillProfile, n_gen: int, filled_s: float) -> str:
     real = estimate_seconds(profile, DEFAULT_DEPTHS, n_gen, chain=True)
     return (f"16k/32k/65k would take about {fmt_duration(real)} to prefill here; the KV cache is filled "
-            "synthetically to each depth instead and only its last ubatch prefilled (--fill real to prefill "
-            "and reduce the depths to the budget)")
+            f"synthetically to each depth instead and only its last ubatch prefilled: about {fmt_duration(filled_s)} "
+            "(--fill real to prefill and reduce the depths to the budget)")
 
 
 def _room_for_state(model: ModelInfo, k: str, v: str, depth: int, folder: str) -> bool:
