@@ -22,10 +22,11 @@ from cliff_tui.codec import DecodeError, event_from_plain
 from cliff_tui.errors import BadInput, file_error
 from cliff_tui.recording.schema import FORMAT, SCHEMA_VERSION
 from cliff_tui.text import inert_tree
+from cliff_tui.units import KiB
 
 _T_PREFIX = re.compile(rb'\{"t":\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)[,}]')
 _UNDECODED = object()
-LONG_LINE = 64 * 1024  # bytes: a line this long is decoded when the file is opened, not held
+LONG_LINE = 64 * KiB  # bytes: a line this long is decoded when the file is opened, not held
 
 
 class Recording:
