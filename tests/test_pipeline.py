@@ -8,7 +8,8 @@ import pytest
 
 from cliff_tui.codec import event_to_plain
 from cliff_tui.events import (
-    ATTACH_RUN_ID, DecodeWindow, Notice, RamReading, Sample, ServedModel, SessionReading, SlotReading, SwapReading,
+    ATTACH_RUN_ID, DecodeWindow, GpuReading, Notice, RamReading, Sample, ServedModel, SessionReading, SlotReading,
+    SwapReading,
 )
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import parse_recording
@@ -115,11 +116,19 @@ def test_notices_are_kept_for_the_screen():
 
 def test_a_recording_with_a_word_no_record_knows_is_a_clear_error_not_a_style():
     notice = event_to_plain(Notice(1.0, "depths scaled", "warning"))
-    lines = [make_header(["test"], False), notice, {**notice, "level": "warn"}]
-    data = ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
-    recording = parse_recording(data)
+    recording = parse_recording(recording_bytes(notice, {**notice, "level": "warn"}))
     assert [e.level for e in recording.events] == ["warning"]
     assert "level must be one of 'info', 'warning', not 'warn'" in recording.problems
+    sample = event_to_plain(Sample(2.0, RamReading(GiB, 2 * GiB, GiB), SwapReading(0, 0),
+                                   gpus=(GpuReading(0, "RTX", "nvidia", GiB, 8 * GiB),)))
+    recording = parse_recording(recording_bytes(sample, {**sample, "gpus": [{**sample["gpus"][0], "vendor": "intel"}]}))
+    assert [e.gpus[0].vendor for e in recording.events] == ["nvidia"]
+    assert "gpus[0].vendor must be one of 'nvidia', 'amd', not 'intel'" in recording.problems
+
+
+def recording_bytes(*events: dict) -> bytes:
+    lines = [make_header(["test"], False), *events]
+    return ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
 
 
 def test_an_attached_servers_fullest_slot_is_held_against_the_measured_capacity():
