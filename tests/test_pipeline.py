@@ -48,6 +48,26 @@ def test_an_alert_is_raised_once_per_escalation_and_again_after_a_recovery():
     assert again.level == "red" and list(p.alerts) == [red, again]
 
 
+def test_amber_then_red_on_one_sign_is_two_alerts_and_a_fall_back_to_amber_none():
+    """Sign 2 while a server generates and RAM climbs: amber while nobody knows where the KV cache
+    is, red once Ollama says its model sits in VRAM, and back to amber (unknown again) is no news."""
+    p = Pipeline()
+    p.feed(llama_reading(0, 0, 0, processing=True))
+    ollama = "http://127.0.0.1:11434"
+
+    def climbing(t: int) -> list:
+        ram = RamReading(4 * GiB + t * 64 * MiB, 16 * GiB, 12 * GiB - t * 64 * MiB)
+        return p.feed(Sample(float(t), ram, SwapReading(0, 4 * GiB)))
+
+    raised = [a for t in range(5) for a in climbing(t)]
+    p.feed(SessionReading(5, "ollama", ollama, "ok", "", models=(ServedModel("qwen", 5 * GiB, 4 * GiB, 8192),)))
+    raised += climbing(6) + climbing(7)
+    p.feed(SessionReading(8, "ollama", ollama, "ok", "", models=()))
+    raised += climbing(9) + climbing(10)
+    assert [(a.sign, a.level) for a in raised] == [(2, "amber"), (2, "red")]
+    assert p.signs[2].level == "amber"  # the lower level is shown, only not announced
+
+
 def test_signs_false_feeds_without_announcing_and_refresh_catches_up():
     p = Pipeline()
     p.feed(swap_sample(0, 0))
