@@ -1,6 +1,6 @@
-"""Does a filled KV cache measure what a prefilled one does? And the seed's depths, filled.
+"""Does a filled KV cache measure what a prefilled one does? And the default 16k/32k/65k, filled.
 
-    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--seed-depths]
+    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--default-depths]
 
 Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window attention): a
 ``run --fill synthetic`` and a ``run --fill real``, each in a fresh process, alternated, ``--reps``
@@ -8,7 +8,7 @@ times. Compared: decode tok/s at depth (goal: the medians within the repetitions
 ≤ 3 % apart), touched memory (RSS peak − baseline) and allocated memory (the KV, model and
 compute buffers: goal identical; touched within 1 %), and the time each took.
 
-Part 2 (``--seed-depths``): ``triangulate --depths 16k,32k,65k --fill synthetic`` on SmolLM2:
+Part 2 (``--default-depths``): ``triangulate --depths 16k,32k,65k --fill synthetic`` on SmolLM2:
 the time to the full answer (goal ≤ 5 minutes) and the projection's miss at 65k from the two
 shallower points (goal ≤ 2 %).
 """
@@ -80,14 +80,14 @@ def report(name: str, depth: int, c: dict) -> None:
           f"{s['wall']:.1f} / {r['wall']:.1f} s | {','.join(sorted(s['modes']))} |", flush=True)
 
 
-def seed_depths(model: Path) -> None:
+def default_depths(model: Path) -> None:
     """The triangulation's own check of its deepest point against the line through the other two."""
     record, wall = cli("triangulate", "-m", str(model), "--depths", "16k,32k,65k", "--fill", "synthetic",
                        "--n-gen", "32", "--target", "65536")
     fills = ",".join(sorted({r.get("fill", "?") for r in record["runs"]}))
     misses = "; ".join(f"{c['figure']} {c['error_pct']:.2f} % {c['direction']} at n_ctx {c['n_ctx']:,}"
                        for c in record["checks"])
-    print(f"\nseed depths 16k/32k/65k, filled ({fills}): the full answer in {wall / 60:.1f} min (goal ≤ 5); "
+    print(f"\nthe default 16k/32k/65k, filled ({fills}): the full answer in {wall / 60:.1f} min (goal ≤ 5); "
           f"the deepest point against the line through the two shallower: {misses} (goal ≤ 2 %); "
           f"verdict: {record['verdict']}")
 
@@ -97,8 +97,9 @@ def main() -> None:
     ap.add_argument("--depths", default="1k,2k,4k")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--gemma3", help="Gemma 3 270M GGUF (else the installed package or none)")
-    ap.add_argument("--seed-depths", action="store_true", help="also triangulate 16k/32k/65k filled")
-    ap.add_argument("--no-compare", action="store_true", help="only the seed depths")
+    ap.add_argument("--default-depths", "--seed-depths", action="store_true", dest="default_depths",
+                    help="also triangulate the default 16k/32k/65k, filled")
+    ap.add_argument("--no-compare", action="store_true", help="only the default depths")
     args = ap.parse_args()
     print(machine_line())
     print(command_line(__file__))
@@ -116,8 +117,8 @@ def main() -> None:
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
                 report(name, depth, compare(model, depth, args.reps))
-    if args.seed_depths:
-        seed_depths(models[0][1])
+    if args.default_depths:
+        default_depths(models[0][1])
     print("\n" + load.stop().describe())
 
 

@@ -1,4 +1,4 @@
-"""Opening a long recording: file size per hour, and the time to the first replayed frame (issue 5, item 6).
+"""Opening a long recording: file size per hour, and the time to the first replayed frame.
 
 Generates a 1-hour recording at 4 Hz with the real writer (``cliff_tui.recording.writer.Recorder``):
 14,400 ``Sample`` events shaped like a real GPU box — --gpus GPUs (default 2) with every NVML

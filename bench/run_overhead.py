@@ -1,4 +1,4 @@
-"""What the live dashboard costs the decode it measures (issue 3, item 10).
+"""What the live dashboard costs the decode it measures.
 
 Decode tok/s at a fixed depth (default 2048 tokens, 128 generated, threads = physical cores),
 measured up to four ways in the same run, alternating A/B/C/D for --reps repetitions (default 5):

@@ -1,4 +1,4 @@
-"""How well triangulation predicts memory, and what chaining saves (issue 4, item 9).
+"""How well triangulation predicts memory, and what chaining saves.
 
 (a) Projection accuracy. For each model, ``cliff-tui triangulate --headless --depths D1,D2,D3
     -o json``; the deepest point's memory is predicted from the shallower ones (the line through

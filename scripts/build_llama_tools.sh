@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own tools from the sources vendored in llama-cpp-python's source
 # distribution (no git clone, no network beyond PyPI), into .tools/<tool>/bin/<tool> (git-ignored):
-#   llama-server  for the attach integration test (tests/test_attach.py finds it there,
+#   llama-server  for the attach integration test (tests/jobs/test_attach.py finds it there,
 #                 through $LLAMA_SERVER, or on PATH)
 #   llama-bench   the C++ anchor of bench/run_overhead.py (there, $LLAMA_BENCH, or PATH)
 # One build compiles ggml/llama/common once for every tool asked for (several minutes on 2 cores).

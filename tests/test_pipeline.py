@@ -8,7 +8,8 @@ import pytest
 
 from cliff_tui.codec import event_to_plain
 from cliff_tui.events import (
-    ATTACH_RUN_ID, DecodeWindow, Notice, RamReading, Sample, ServedModel, SessionReading, SlotReading, SwapReading,
+    ATTACH_RUN_ID, DecodeWindow, GpuReading, Notice, RamReading, Sample, ServedModel, SessionReading, SlotReading,
+    SwapReading,
 )
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import parse_recording
@@ -45,6 +46,26 @@ def test_an_alert_is_raised_once_per_escalation_and_again_after_a_recovery():
     assert p.feed(swap_sample(3, 0)) == []  # back to the baseline: fine, nothing to announce
     (again,) = p.feed(swap_sample(4, 250 * MiB))
     assert again.level == "red" and list(p.alerts) == [red, again]
+
+
+def test_amber_then_red_on_one_sign_is_two_alerts_and_a_fall_back_to_amber_none():
+    """Sign 2 while a server generates and RAM climbs: amber while nobody knows where the KV cache
+    is, red once Ollama says its model sits in VRAM, and back to amber (unknown again) is no news."""
+    p = Pipeline()
+    p.feed(llama_reading(0, 0, 0, processing=True))
+    ollama = "http://127.0.0.1:11434"
+
+    def climbing(t: int) -> list:
+        ram = RamReading(4 * GiB + t * 64 * MiB, 16 * GiB, 12 * GiB - t * 64 * MiB)
+        return p.feed(Sample(float(t), ram, SwapReading(0, 4 * GiB)))
+
+    raised = [a for t in range(5) for a in climbing(t)]
+    p.feed(SessionReading(5, "ollama", ollama, "ok", "", models=(ServedModel("qwen", 5 * GiB, 4 * GiB, 8192),)))
+    raised += climbing(6) + climbing(7)
+    p.feed(SessionReading(8, "ollama", ollama, "ok", "", models=()))
+    raised += climbing(9) + climbing(10)
+    assert [(a.sign, a.level) for a in raised] == [(2, "amber"), (2, "red")]
+    assert p.signs[2].level == "amber"  # the lower level is shown, only not announced
 
 
 def test_signs_false_feeds_without_announcing_and_refresh_catches_up():
@@ -115,11 +136,19 @@ def test_notices_are_kept_for_the_screen():
 
 def test_a_recording_with_a_word_no_record_knows_is_a_clear_error_not_a_style():
     notice = event_to_plain(Notice(1.0, "depths scaled", "warning"))
-    lines = [make_header(["test"], False), notice, {**notice, "level": "warn"}]
-    data = ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
-    recording = parse_recording(data)
+    recording = parse_recording(recording_bytes(notice, {**notice, "level": "warn"}))
     assert [e.level for e in recording.events] == ["warning"]
     assert "level must be one of 'info', 'warning', not 'warn'" in recording.problems
+    sample = event_to_plain(Sample(2.0, RamReading(GiB, 2 * GiB, GiB), SwapReading(0, 0),
+                                   gpus=(GpuReading(0, "RTX", "nvidia", GiB, 8 * GiB),)))
+    recording = parse_recording(recording_bytes(sample, {**sample, "gpus": [{**sample["gpus"][0], "vendor": "intel"}]}))
+    assert [e.gpus[0].vendor for e in recording.events] == ["nvidia"]
+    assert "gpus[0].vendor must be one of 'nvidia', 'amd', not 'intel'" in recording.problems
+
+
+def recording_bytes(*events: dict) -> bytes:
+    lines = [make_header(["test"], False), *events]
+    return ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
 
 
 def test_an_attached_servers_fullest_slot_is_held_against_the_measured_capacity():

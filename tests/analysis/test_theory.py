@@ -98,6 +98,7 @@ def test_padding_and_sequences_follow_llama_context():
     unified = kv_breakdown(info, KvSettings(n_ctx=1300, n_seq=4, kv_unified=True))
     assert (unified.n_ctx, unified.n_ctx_seq) == (1536, 1536)
     assert pad_n_ctx(1) == 256
+    assert (pad_n_ctx(1300, 4), pad_n_ctx(1300, 4, kv_unified=True)) == (2048, 1536)  # what fit sizes by
 
 
 def read_model_info_of(arch: str, **kwargs):

@@ -61,7 +61,7 @@ def test_tiny_model_run_measures_everything(tiny_model):
     assert result.baseline_tok_s and result.depth_tok_s and result.prefill_tok_s
     assert [p.phase for p in result.decode_points].count("probe") == 7
     assert result.rss_peak_bytes >= result.rss_baseline_bytes > 0
-    assert result.verdict.level != "red", result.verdict.text  # no spill on a tiny CPU run
+    assert result.verdict.level in ("ok", "info"), result.verdict.text  # no spill on a tiny CPU run
     kinds = {type(e) for e in events}
     assert {RunProgress, DecodeWindow, RunFinished} <= kinds
     phases = [e.phase for e in events if isinstance(e, RunProgress)]
@@ -140,7 +140,7 @@ def test_headless_run_on_the_default_model_prints_the_record():
     # SmolLM2: 30 layers × 3 KV heads × (64 + 64) × 2 B = 22.5 KiB per token, f16
     assert record["kv_buffers"]["CPU"] == pytest.approx(1280 * 23040, rel=0.01)
     assert record["gpus"] == [] and "no GPU" in record["gpus_reason"]
-    assert record["verdict"] != "red", record["verdict_text"]  # nothing spills: CPU-only, no swap
+    assert record["verdict"] in ("ok", "info"), record["verdict_text"]  # nothing spills: CPU-only, no swap
 
 
 @pytest.mark.parametrize("fmt", ["md", "csv", "jsonl"])

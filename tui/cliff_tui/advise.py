@@ -14,7 +14,7 @@ from typing import Any
 
 from cliff_tui.analysis.fit import FitTable, MeasuredLine, fit_table, measured_lines
 from cliff_tui.analysis.triangulation import default_reserve
-from cliff_tui.errors import BadInput
+from cliff_tui.errors import BadInput, read_text
 from cliff_tui.events import ModelInfo, Sample
 
 
@@ -37,7 +37,7 @@ def cliff_tier(sample: Sample) -> Tier:
 
 def measured_from_file(path: str) -> tuple[list[MeasuredLine], float | None]:
     """The lines a triangulation measured: from its recording, or from its ``-o json`` output."""
-    text = _read(path)
+    text = read_text(path, "triangulation file")
     if text.lstrip().startswith('{"type":"header"') or text.lstrip().startswith('{"type": "header"'):
         from cliff_tui.recording.export import replay_all
         from cliff_tui.recording.reader import open_recording
@@ -72,15 +72,6 @@ def _lines_from_record(record: Any, path: str) -> tuple[list[MeasuredLine], floa
     if not lines:
         raise BadInput(f"{path} holds no triangulated line: run `cliff-tui triangulate` first")
     return lines, ratio
-
-
-def _read(path: str) -> str:
-    from cliff_tui.errors import file_error
-
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise file_error(exc, path, "triangulation file") from None
 
 
 def advise(model: ModelInfo, tier: Tier, *, target: int | None, reserve: int | None, n_seq: int | None,

@@ -50,3 +50,19 @@ def file_error(exc: OSError, path: str | os.PathLike, what: str, hint: str = "")
     if isinstance(exc, PermissionError):
         return BadInput(f"permission denied: {p} ({what})")
     return BadInput(f"cannot use the {what} {p}: {exc.strerror or exc}")
+
+
+def read_bytes(path: str | os.PathLike, what: str) -> bytes:
+    """The file's bytes; :class:`BadInput` (``file_error``'s line) when it cannot be read."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise file_error(exc, path, what) from None
+
+
+def read_text(path: str | os.PathLike, what: str) -> str:
+    """The file as UTF-8 text, undecodable bytes replaced; :class:`BadInput` when it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise file_error(exc, path, what) from None

@@ -26,6 +26,7 @@ NoticeLevel = Literal["info", "warning"]
 ServerKind = Literal["llama-server", "ollama"]
 ServerStatus = Literal["ok", "unreachable", "no-metrics", "not-llama", "error"]
 BufferKind = Literal["model", "kv", "compute", "output", "recurrent"]
+GpuVendor = Literal["nvidia", "amd"]
 FillMode = Literal["real", "synthetic"]  # how the KV cache reached depth: prefilled, or cells loaded
 
 ATTACH_RUN_ID = "attach"  # the run_id of an attached server's DecodeWindows
@@ -78,7 +79,7 @@ class GpuProcess:
 class GpuReading:
     index: int
     name: str
-    vendor: str
+    vendor: GpuVendor
     vram_used_bytes: int | None
     vram_total_bytes: int | None
     vram_reserved_bytes: int | None = None

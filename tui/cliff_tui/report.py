@@ -19,7 +19,7 @@ from cliff_tui.codec import to_plain
 from cliff_tui.events import CliffVerdict, ModelInfo, RunFailed, RunResult, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import inert, inert_tree
-from cliff_tui.units import fmt_bytes, fmt_pct, fmt_tok_s
+from cliff_tui.units import KiB, fmt_bytes, fmt_pct, fmt_tok_s
 
 FORMATS = ("md", "csv", "json", "jsonl")
 
@@ -293,7 +293,7 @@ def triangulation_markdown(tris: dict[str, Triangulation], results: Sequence[Run
         lines += [f"**{key}** — {tri.verdict}", ""]
         lines.append(f"- slope touched: {fmt_slope(tri.touched)}; allocated: {fmt_slope(tri.allocated)}")
         if tri.theory_bytes_per_token:
-            lines.append(f"- KV theory (as llama.cpp allocates it): {tri.theory_bytes_per_token / 1024:.2f} KiB/token")
+            lines.append(f"- KV theory (as llama.cpp allocates it): {tri.theory_bytes_per_token / KiB:.2f} KiB/token")
         p = tri.projection
         lines.append(f"- projection at {p.target:,} tokens: {p.formula}")
         fits = {True: "fits", False: "does NOT fit", None: "capacity unknown"}[p.fits]

@@ -30,6 +30,7 @@ from cliff_tui.analysis.theory import (
     kv_breakdown,
     kv_bytes_by_layer,
     kv_layout,
+    pad_n_ctx,
 )
 from cliff_tui.analysis.triangulation import Triangulation
 from cliff_tui.events import ModelInfo, RunResult
@@ -195,7 +196,7 @@ def _option(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool,
     assert at_target is not None
     if line:
         def need(n: int) -> int:
-            return round(line.intercept_bytes + line.bytes_per_token * _padded(ctx, n))
+            return round(line.intercept_bytes + line.bytes_per_token * pad_n_ctx(n, ctx.n_seq, ctx.unified))
         basis, text, per_token = "measured", f"measured ({line.source})", line.bytes_per_token
         fixed = None
     else:
@@ -232,13 +233,6 @@ def _theory_need(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n: int
     growing = sum(p.bytes for p in b.parts if p.kind == "per_token")
     kv = b.total_bytes - growing + round(growing * ratio)
     return ctx.weights + ctx.compute + ctx.output + kv
-
-
-def _padded(ctx: _Context, n: int) -> int:
-    padded = -(-n // N_CTX_PAD) * N_CTX_PAD
-    if ctx.unified or ctx.n_seq == 1:
-        return padded
-    return -(-(padded // ctx.n_seq) // N_CTX_PAD) * N_CTX_PAD * ctx.n_seq
 
 
 def _largest(ctx: _Context, need) -> int:

@@ -46,8 +46,13 @@ FlashAttn = Literal["on", "off", "auto"]
 LayerKind = Literal["global", "swa", "recurrent"]
 
 
-def pad_n_ctx(n: int) -> int:
-    return _pad(n, N_CTX_PAD)
+def pad_n_ctx(n: int, n_seq: int = 1, kv_unified: bool = False) -> int:
+    """The n_ctx llama_context makes of ``n``: padded to 256 and, without a unified cache, each of the
+    ``n_seq`` streams padded to 256 again."""
+    n_ctx = _pad(n, N_CTX_PAD)
+    if kv_unified or n_seq == 1:
+        return n_ctx
+    return _pad(n_ctx // n_seq, N_CTX_PAD) * n_seq
 
 
 def _pad(n: int, to: int) -> int:
@@ -332,12 +337,9 @@ def geometry(model: ModelInfo, settings: KvSettings, n_swa: int) -> Geometry:
     n_seq = max(1, settings.n_seq)
     n_batch = min(requested, settings.n_batch)
     n_ubatch = min(n_batch, settings.n_ubatch or n_batch)
-    n_ctx = pad_n_ctx(requested)
-    if settings.kv_unified:
-        n_ctx_seq, n_stream = n_ctx, 1
-    else:
-        n_ctx_seq, n_stream = pad_n_ctx(n_ctx // n_seq), n_seq
-        n_ctx = n_ctx_seq * n_seq
+    n_ctx = pad_n_ctx(requested, n_seq, settings.kv_unified)
+    n_stream = 1 if settings.kv_unified else n_seq
+    n_ctx_seq = n_ctx // n_stream
     swa = n_ctx_seq if settings.swa_full else _pad(min(n_ctx_seq, n_swa * (n_seq if settings.kv_unified else 1)
                                                         + n_ubatch), SWA_PAD)
     rows = n_seq * (1 + settings.n_rs_seq)

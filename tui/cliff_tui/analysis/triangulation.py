@@ -21,7 +21,7 @@ from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.speed import fit_line
 from cliff_tui.analysis.theory import N_CTX_PAD
 from cliff_tui.events import RunFailed, RunResult, TriangulationPlanned
-from cliff_tui.units import fmt_bytes
+from cliff_tui.units import KiB, MiB, fmt_bytes
 
 _GPU_DEVICE_RE = re.compile(r"^(CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN)(\d+)$")
 
@@ -57,11 +57,11 @@ class Slope:
 
     @property
     def kib_per_token(self) -> float | None:
-        return None if self.bytes_per_token is None else self.bytes_per_token / 1024
+        return None if self.bytes_per_token is None else self.bytes_per_token / KiB
 
     @property
     def mib_per_1k_tokens(self) -> float | None:
-        return None if self.bytes_per_token is None else self.bytes_per_token * 1000 / 1024**2
+        return None if self.bytes_per_token is None else self.bytes_per_token * 1000 / MiB
 
 
 @dataclass(frozen=True)
@@ -317,8 +317,8 @@ def project(slope: Slope, capacity: Capacity, target: int, wall: int | None,
         return Projection(capacity.tier, target, None, capacity.bytes, capacity.reserve_bytes,
                           _bound_only(wall, does_not_fit_at), "bound only", "needs two points")
     projected = intercept + target * per_token
-    formula = (f"{intercept / 1024**2:,.0f} MiB + {target:,} tok × {per_token / 1024:.2f} KiB/tok ÷ 1024"
-               f" = {projected / 1024**2:,.0f} MiB")
+    formula = (f"{intercept / MiB:,.0f} MiB + {target:,} tok × {per_token / KiB:.2f} KiB/tok ÷ 1024"
+               f" = {projected / MiB:,.0f} MiB")
     limit, limited_by = None, "no growth measured"
     if capacity.bytes is not None and per_token > 0:
         usable = capacity.bytes - (capacity.reserve_bytes or 0)

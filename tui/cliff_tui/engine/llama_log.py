@@ -22,7 +22,7 @@ from typing import Callable
 
 from cliff_tui.events import BufferSize, LogLine
 from cliff_tui.text import LOG_LIMIT, inert
-from cliff_tui.units import MiB
+from cliff_tui.units import KiB, MiB
 
 BUFFER_RE = re.compile(r"(?P<device>[A-Za-z][\w.-]*)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*"
                        r"(?P<mib>[0-9]+(?:\.[0-9]+)?)\s*MiB")
@@ -31,7 +31,7 @@ FLASH_RE = re.compile(r"Flash Attention (enabled|disabled)", re.IGNORECASE)
 # ggml_log_level: NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5 (continues the previous line)
 LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN, LEVEL_ERROR, LEVEL_CONT = 1, 2, 3, 4, 5
 KIND_NAMES = {"model": "model", "KV": "kv", "compute": "compute", "output": "output", "RS": "recurrent"}
-MAX_PARTIAL = 64 * 1024
+MAX_PARTIAL = 64 * KiB
 
 
 def parse_buffer_line(text: str) -> BufferSize | None:

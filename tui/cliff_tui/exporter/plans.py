@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cliff_tui.errors import BadInput, file_error
+from cliff_tui.errors import BadInput, read_bytes
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import parse_recording
 from cliff_tui.recording.schema import FORMAT
@@ -46,11 +46,7 @@ class CapacityPlan:
 def read_plans(path: str | Path) -> list[CapacityPlan]:
     """Every plan in FILE; :class:`BadInput` (one line) for a file that holds none."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise file_error(exc, p, "triangulation file") from None
-    records = _records(data, p.name)
+    records = _records(read_bytes(p, "triangulation file"), p.name)
     if not records:
         raise BadInput(f"{p.name} holds no triangulation: run `cliff-tui triangulate --headless -o json` "
                        "(or --record FILE) and pass what it wrote")

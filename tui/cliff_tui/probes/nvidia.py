@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from cliff_tui.events import GpuProcess, GpuReading
 from cliff_tui.text import inert
+from cliff_tui.units import KiB
 
 # nvmlClocksEventReason* bits → the words a user acts on.
 _CLOCK_EVENT_BITS = {
@@ -193,7 +194,7 @@ class NvidiaProbe:
                          lambda: nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_RX_BYTES))
         tx = self._field(index, "pcie_tx_bytes_s", reasons,
                          lambda: nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_TX_BYTES))
-        return (None if rx is None else rx * 1024.0), (None if tx is None else tx * 1024.0)
+        return (None if rx is None else float(rx * KiB)), (None if tx is None else float(tx * KiB))
 
     def _processes(self, handle: Any) -> tuple[GpuProcess, ...]:
         """Per-process used memory; v3 → v2 → v1, remembering which one this driver has.

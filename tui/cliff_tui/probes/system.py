@@ -11,6 +11,7 @@ import psutil
 
 from cliff_tui.events import ProcessReading, RamReading, SwapReading
 from cliff_tui.text import inert
+from cliff_tui.units import KiB
 
 _MEMINFO = "/proc/meminfo"
 CHILDREN_EVERY_S = 2.0
@@ -25,7 +26,7 @@ def read_memory() -> tuple[RamReading, SwapReading]:
     fields = _meminfo_kib(b"MemTotal:", b"MemAvailable:", b"SwapTotal:", b"SwapFree:")
     if fields is None:
         return _psutil_ram(), _psutil_swap()
-    total, available, swap_total, swap_free = (kib * 1024 for kib in fields)
+    total, available, swap_total, swap_free = (kib * KiB for kib in fields)
     swap = SwapReading(used_bytes=swap_total - swap_free, total_bytes=swap_total)
     if not 0 < available <= total:
         return _psutil_ram(), swap
@@ -134,7 +135,7 @@ def read_vm_swap(pid: int, proc: str = "/proc") -> int | None:
     at = data.find(b"VmSwap:")
     if at < 0:
         return None
-    return int(data[at + 7:data.index(b"\n", at)].split()[0]) * 1024
+    return int(data[at + 7:data.index(b"\n", at)].split()[0]) * KiB
 
 
 def read_major_faults(pid: int, proc: str = "/proc") -> int | None:

@@ -17,8 +17,8 @@ from cliff_tui.events import (
     RunFinished, RunProgress, RunResult, RunSettings, RunStarted, Sample, SwapReading,
 )
 from cliff_tui.probes.sampler import CPU_ONLY_TIERS
+from cliff_tui.units import GiB, MiB
 
-GiB, MiB = 1024**3, 1024**2
 T0 = 1_800_000_000.0
 NO_GPU_REASON = ("no GPU found (NVIDIA: no NVIDIA driver (libnvidia-ml not found); AMD: no amdgpu card in "
                  f"/sys/class/drm) — {CPU_ONLY_TIERS}")

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from cliff_tui.codec import DecodeError, event_from_plain
-from cliff_tui.errors import BadInput, file_error
+from cliff_tui.errors import BadInput, read_bytes
 from cliff_tui.recording.schema import FORMAT, SCHEMA_VERSION
 from cliff_tui.text import inert_tree
+from cliff_tui.units import KiB
 
 _T_PREFIX = re.compile(rb'\{"t":\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)[,}]')
 _UNDECODED = object()
-LONG_LINE = 64 * 1024  # bytes: a line this long is decoded when the file is opened, not held
+LONG_LINE = 64 * KiB  # bytes: a line this long is decoded when the file is opened, not held
 
 
 class Recording:
@@ -91,11 +92,7 @@ def open_recording(path: str | Path, *, lazy: bool = False) -> Recording:
     """Open and check a recording. ``lazy``: decode lines as they are needed (replay);
     otherwise decode everything now (export, tests), so ``problems`` is complete."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise file_error(exc, p, "recording") from None
-    return parse_recording(data, str(p), lazy=lazy)
+    return parse_recording(read_bytes(p, "recording"), str(p), lazy=lazy)
 
 
 def parse_recording(data: bytes, name: str = "recording", *, lazy: bool = False) -> Recording:

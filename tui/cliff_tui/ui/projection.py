@@ -51,7 +51,7 @@ def summary(tris: dict[str, Triangulation]) -> Text:
         text.append(f"{tri.verdict}\n", style=verdict_style)
         text.append(f"  touched {fmt_slope(tri.touched, short=True)} · allocated {fmt_slope(tri.allocated, short=True)}")
         if tri.theory_bytes_per_token:
-            text.append(f" · theory KV {tri.theory_bytes_per_token / 1024:.2f} KiB/tok")
+            text.append(f" · theory KV {tri.theory_bytes_per_token / KiB:.2f} KiB/tok")
         text.append("\n")
         if p.projected_bytes is not None:
             fits = {True: ("fits", "green"), False: ("does NOT fit", "red"), None: ("", "")}[p.fits]
