@@ -118,6 +118,16 @@ def test_a_state_llama_cpp_refuses_falls_back_to_a_real_prefill_and_says_so(tiny
     assert [p.phase for p in result.decode_points].count("probe") == 7
 
 
+def test_a_disk_too_full_for_the_state_falls_back_to_a_real_prefill_and_says_so(tiny_model, monkeypatch):
+    real_usage = fill.shutil.disk_usage
+    monkeypatch.setattr(fill.shutil, "disk_usage", lambda path: real_usage(path)._replace(free=4096))
+    events = []
+    result = Run(RunSettings(str(tiny_model), 1024, 8), events.append, options=RunOptions(fill="synthetic")).execute()
+    notices = [e.text for e in events if isinstance(e, Notice)]
+    assert any("prefilled for real" in n and "on disk" in n and "is free in" in n for n in notices), notices
+    assert result.fill == "real" and result.prefilled_tokens == 1024
+
+
 def test_a_filled_run_probes_on_the_way_and_prefills_only_its_largest_call(tiny_model):
     events = []
     result = Run(RunSettings(str(tiny_model), 4096, 8), events.append, options=RunOptions(fill="synthetic")).execute()

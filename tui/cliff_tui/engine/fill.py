@@ -22,6 +22,7 @@ import numpy as np
 
 from cliff_tui.errors import DoesNotFit
 from cliff_tui.events import FillMode
+from cliff_tui.units import fmt_bytes
 
 if TYPE_CHECKING:
     from cliff_tui.engine.llama import Context, LoadedModel
@@ -317,8 +318,8 @@ class KvFiller:
     def _check_room(self, depth: int) -> None:
         need, free = self.layout.nbytes(depth), shutil.disk_usage(self.folder).free
         if need * 1.1 > free:
-            raise FillUnavailable(f"a state of {depth:,} cells needs {need / 2**20:,.0f} MiB on disk and "
-                                  f"{free / 2**20:,.0f} MiB is free in {os.path.dirname(self.folder)}")
+            raise FillUnavailable(f"a state of {depth:,} cells needs {fmt_bytes(need)} on disk and "
+                                  f"{fmt_bytes(free)} is free in {os.path.dirname(self.folder)}")
 
     def _load(self, path: str, depth: int) -> None:
         from cliff_tui.engine.llama import last_problem
