@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 import unicodedata
@@ -52,6 +53,8 @@ def test_every_table_format_is_safe_and_keeps_its_syntax(text):
     assert not runnable(md) and len(md.splitlines()) == 3  # a newline in a cell would break the row
     assert md.splitlines()[2].count("|") - md.splitlines()[2].count("\\|") == len(RUN_COLUMNS) + 1
     assert shown.replace("|", "\\|") in md
+    for cell in md_cells(md.splitlines()[2]):
+        assert not cell.startswith(FORMULA) or FIGURE.fullmatch(cell), cell
     for fmt in ("json", "jsonl"):
         out = dumps([run_record(result)], fmt)
         assert not runnable(out)
@@ -64,12 +67,42 @@ def test_every_table_format_is_safe_and_keeps_its_syntax(text):
     assert rows[0]["model"] in (shown, "'" + shown)
 
 
+FORMULAS = ("=HYPERLINK(\"http://evil\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1", "-", "=1|2",
+            "-cmd|' /C calc'!A0", "+5% ", "-3 MiB+1")
+FORMULA = ("=", "+", "-", "@", "\t", "\r")
+FIGURE = re.compile(r"[-+]?\d[\d,]*(\.\d+)?( ?(%|B|KiB|MiB|GiB))?")
+FIGURES = ("-3%", "+12%", "-5.00 MiB", "-1,024", "-0.5", "-7 B")
+
+
+def md_cells(row: str) -> list[str]:
+    """A markdown table row's cells, unescaped, without the one space either side."""
+    return [c[1:-1].replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+
+
 def test_csv_cells_that_spreadsheets_run_are_quoted():
-    for formula in ("=HYPERLINK(\"http://evil\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1"):
+    for formula in FORMULAS:
         cell = csv_cell(formula)
         assert cell.startswith("'") or cell[0] not in "=+-@\t\r", cell
         assert not runnable(cell)
     assert csv_cell("-") == "'-" and csv_cell("plain") == "plain" and csv_cell(-5) == -5
+    assert [csv_cell(f) for f in FIGURES] == list(FIGURES)  # a figure is data, shown as it is
+
+
+def test_markdown_cells_that_spreadsheets_run_are_quoted_and_keep_the_table():
+    rows = [{"a": f, "b": f"x{f}"} for f in FORMULAS]
+    md = markdown_table(rows, [("a", "a"), ("b", "b")])
+    assert not runnable(md)
+    body = md.splitlines()[2:]
+    assert len(body) == len(FORMULAS)
+    for formula, line in zip(FORMULAS, body):
+        a, b = md_cells(line)
+        shown = inert(formula)  # a tab or CR is no longer one once shown
+        assert a == ("'" + shown if shown.startswith(FORMULA) else shown), (formula, a)
+        assert b == inert(f"x{formula}")  # not at the start: left as it is
+    assert md_cells(body[FORMULAS.index("=1|2")].replace("'", "")) == ["=1|2", "x=1|2"]
+    assert "\\|" in body[FORMULAS.index("=1|2")]
+    figures = markdown_table([{"a": f} for f in (*FIGURES, -5, 3)], [("a", "a")])
+    assert [md_cells(line)[0] for line in figures.splitlines()[2:]] == [*FIGURES, "-5", "3"]
 
 
 def hostile_recording(path: Path, text: str) -> Path:

@@ -52,6 +52,27 @@ def test_long_text_is_cut_with_a_note_and_cutting_twice_is_cutting_once():
     assert cut("short", 10) == "short"
 
 
+def test_stand_ins_count_towards_the_limit():
+    shown = inert("\x9b" * 5000)  # each C1 CSI is shown as 8 characters
+    assert len(shown) == LINE_LIMIT and shown.endswith("… [cut from 5,000 chars]")
+    assert shown.startswith("<U+009B>" * 100) and "<U+009B>… [cut" in shown  # only whole stand-ins kept
+    assert inert(shown) == shown
+    short = "\u202e" * 200  # 200 characters, 1,600 once shown: cut too
+    assert len(inert(short)) <= LINE_LIMIT and inert(short).endswith("… [cut from 200 chars]")
+
+
+@settings(max_examples=300, deadline=None)
+@given(hostile_text(), st.integers(1, 3000), st.booleans(), st.sampled_from([LINE_LIMIT, 80, 40]))
+def test_never_longer_than_the_limit_and_idempotent(text, times, multiline, limit):
+    long = text * times
+    shown = inert(long, multiline=multiline, limit=limit)
+    assert len(shown) <= limit
+    assert inert(shown, multiline=multiline, limit=limit) == shown
+    assert is_inert(shown, multiline=multiline) and not runnable(shown, multiline)
+    if long.isprintable() and len(long) <= limit:
+        assert shown == long
+
+
 def test_a_tree_is_made_inert_keys_too():
     tree = {"machine": {"hostname": "h\x1b]0;x\x07"}, "command": ["run", "\x1b[2J"], "n": 3, "k\x07": None}
     assert inert_tree(tree) == {"machine": {"hostname": "h␛]0;x␇"}, "command": ["run", "␛[2J"], "n": 3, "k␇": None}

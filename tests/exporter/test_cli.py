@@ -113,5 +113,5 @@ def test_the_followed_process_is_exported():
 
     session = Session(queued=False)
     session.feed(Sampler(pid=os.getpid()).sample())
-    _, series = scrape_registry(Exporter(session, ram_limit=lambda: None).registry)
+    _, series = scrape_registry(Exporter(session).registry)
     assert value(series, "cliff_process_resident_bytes", pid=str(os.getpid())) > 10 * 2**20

@@ -4,16 +4,21 @@ with the labels a dashboard groups by."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+from contextlib import ExitStack
 
 import pytest
 
 from cliff_tui.events import (
-    ATTACH_RUN_ID, DecodeWindow, RamReading, Sample, ServedModel, SessionReading, SlotReading, SwapReading,
+    ATTACH_RUN_ID, CgroupReading, DecodeWindow, RamReading, Sample, ServedModel, SessionReading, SlotReading,
+    SwapReading,
 )
 from cliff_tui.exporter.collector import SIGN_LEVELS, verdict_level
 from cliff_tui.exporter.plans import read_plans
 from cliff_tui.exporter.server import Exporter
 from cliff_tui.probes.nvidia import CLOCK_EVENT_REASONS
+from cliff_tui.probes.sampler import Sampler
 from cliff_tui.recording import demo
 from cliff_tui.session import Session
 from cliff_tui.units import GiB
@@ -26,7 +31,7 @@ UUID = "GPU-6f1c2a8e-3b9d-4c1e-9a57-0d2e8b4f7c31"
 def exporter_for(events, **kwargs) -> Exporter:
     session = Session(queued=False)
     session.feed_all(events)
-    return Exporter(session, ram_limit=lambda: None, **kwargs)
+    return Exporter(session, **kwargs)
 
 
 def with_uuid(events):
@@ -123,17 +128,21 @@ def test_no_gpu_means_no_gpu_samples_but_every_family_is_served():
     assert value(series, "cliff_decode_tokens_per_second") is None
 
 
-def test_a_cgroup_limit_below_the_host_ram_is_the_ram_capacity():
-    session = Session(queued=False)
-    session.feed_all(demo.cpu_watch(5))
-    exporter = Exporter(session, ram_limit=lambda: (4 * GiB, 3 * GiB))
-    _, series = scrape_registry(exporter.registry)
-    assert value(series, "cliff_memory_capacity_bytes", tier="ram") == 4 * GiB
+def test_the_samples_cgroup_limit_is_the_ram_capacity():
+    sample = next(e for e in demo.cpu_watch(5) if isinstance(e, Sample))
+    limited = dataclasses.replace(sample, cgroup=CgroupReading("/jobs/llm", 4 * GiB, 3 * GiB))
+    _, series = scrape_registry(exporter_for([limited]).registry)
+    assert value(series, "cliff_memory_capacity_bytes", tier="ram") == 4 * GiB == limited.ram_capacity_bytes
     assert value(series, "cliff_memory_used_bytes", tier="ram") == 3 * GiB
     assert value(series, "cliff_ram_cgroup_limit_bytes") == 4 * GiB
-    roomy = Exporter(session, ram_limit=lambda: (64 * GiB, 3 * GiB))  # above the host: the host's RAM counts
-    _, series = scrape_registry(roomy.registry)
-    assert value(series, "cliff_memory_capacity_bytes", tier="ram") == 24 * GiB
+    unread = dataclasses.replace(sample, cgroup=CgroupReading("/jobs/llm", 4 * GiB, None))
+    _, series = scrape_registry(exporter_for([unread]).registry)
+    assert value(series, "cliff_memory_capacity_bytes", tier="ram") == 4 * GiB
+    assert value(series, "cliff_memory_used_bytes", tier="ram") is None  # unknown: no sample, not the host's
+    _, series = scrape_registry(exporter_for([sample]).registry)  # no cgroup: the host's RAM
+    assert value(series, "cliff_memory_capacity_bytes", tier="ram") == sample.ram.total_bytes
+    assert value(series, "cliff_memory_used_bytes", tier="ram") == sample.ram.used_bytes
+    assert value(series, "cliff_ram_cgroup_limit_bytes") is None
 
 
 def test_attached_servers_with_their_slots_and_rates():
@@ -181,9 +190,33 @@ def test_a_capacity_plan_from_a_recorded_triangulation():
 
 def test_the_collector_holds_the_pipeline_still_while_it_reads():
     session = Session(queued=False)
-    exporter = Exporter(session, ram_limit=lambda: None)
+    exporter = Exporter(session)
     with session.reading():
         pass  # the lock is free again: a scrape does not dead-lock on a re-entry
     session.feed(Sample(1.0, RamReading(GiB, 2 * GiB, GiB), SwapReading(0, 0)))
     _, series = scrape_registry(exporter.registry)
     assert value(series, "cliff_memory_used_bytes", tier="ram") == GiB
+
+
+def test_the_followed_processs_real_cgroup_is_the_ram_tier_not_the_exporters():
+    """As root: a child in a 96 MiB memory cgroup; the exporter (outside it) exports that limit."""
+    from cgroup_cliff import MiB, Unavailable, cgroup, require_root
+
+    with ExitStack() as stack:
+        try:
+            require_root()
+            made = stack.enter_context(cgroup(96 * MiB))
+        except Unavailable as exc:
+            pytest.skip(str(exc))
+        code = "x = bytearray(20 * 2**20); print('ready', flush=True); import time; time.sleep(30)"
+        child = made.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "ready"
+        session = Session(queued=False)
+        session.feed(Sampler(pid=child.pid).sample())
+        _, series = scrape_registry(Exporter(session).registry)
+        screen = session.pipeline.latest
+    assert not made.directory.exists()
+    assert value(series, "cliff_ram_cgroup_limit_bytes") == 96 * MiB
+    assert value(series, "cliff_memory_capacity_bytes", tier="ram") == 96 * MiB == screen.ram_capacity_bytes
+    used = value(series, "cliff_memory_used_bytes", tier="ram")
+    assert 20 * MiB <= used <= 96 * MiB and used == screen.cgroup.usage_bytes

@@ -178,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     exporter.add_argument("--ollama", metavar="URL", help="also read this Ollama")
     exporter.add_argument("--from", dest="from_file", metavar="FILE",
                           help="a triangulation's JSON output or recording: export its capacity plan")
-    exporter.add_argument("--pid", type=int, help="also export this process's RSS (and children)")
+    exporter.add_argument("--pid", type=int, help="also export this process's RSS (and children); its cgroup's "
+                          "memory limit, where one applies, is the RAM tier (else the exporter's own)")
     exporter.add_argument("--timeout", type=_positive_float, default=2.0, metavar="S", help="HTTP timeout")
     exporter.add_argument("-i", "--interval", type=_positive_float, default=0.5, metavar="S",
                           help="seconds between samples (default 0.5)")

@@ -135,6 +135,12 @@ class Sample:
         return self.cgroup.limit_bytes if self.cgroup is not None else self.ram.total_bytes
 
     @property
+    def ram_used_bytes(self) -> int | None:
+        """In use on the RAM tier: the cgroup's usage where its limit applies (None where that usage
+        could not be read), else the machine's RAM in use."""
+        return self.cgroup.usage_bytes if self.cgroup is not None else self.ram.used_bytes
+
+    @property
     def ram_room_bytes(self) -> int:
         """What the model can still take from RAM: the lesser of the machine's and the cgroup's."""
         room = self.ram.available_bytes

@@ -2,14 +2,16 @@
 (llama-bench's formats). Plain data in, text out; the screens never come through here.
 
 Every format is safe to print to a terminal: strings are inert (:mod:`cliff_tui.text`), JSON
-escapes what is not ASCII, a markdown cell escapes ``|``, and a CSV cell that a spreadsheet would
-run as a formula (a leading ``=`` ``+`` ``-`` ``@``) starts with ``'``."""
+escapes what is not ASCII, a markdown cell escapes ``|``, and a CSV or markdown cell that a
+spreadsheet would run as a formula (a leading ``=`` ``+`` ``-`` ``@`` that is not a plain figure
+such as ``-3%``) starts with ``'``: a pasted markdown table lands in spreadsheets too."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import re
 from typing import Any, Iterable, Sequence
 
 from cliff_tui.analysis.theory import CACHE_TYPE_BYTES, expected_ratio, known_differences, textbook_bytes_per_token
@@ -219,14 +221,19 @@ def csv_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# A figure with its unit ("-3%", "-5.00 MiB", "+12") is data to a spreadsheet, never a formula it runs.
+_FIGURE = re.compile(r"[-+]?\d[\d,]*(\.\d+)?( ?(%|B|KiB|MiB|GiB))?")
 
 
 def csv_cell(value: Any) -> Any:
     """A string inert, and quoted with ``'`` where a spreadsheet would run it as a formula; numbers as they are."""
     if not isinstance(value, str):
         return value
-    value = inert(value)
-    return "'" + value if value.startswith(_FORMULA_STARTS) else value
+    return _not_a_formula(inert(value))
+
+
+def _not_a_formula(text: str) -> str:
+    return "'" + text if text.startswith(_FORMULA_STARTS) and not _FIGURE.fullmatch(text) else text
 
 
 def markdown_table(records: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
@@ -245,7 +252,7 @@ def _cell(value: Any) -> str:
         return "–"
     if isinstance(value, float):
         return f"{value:.2f}"
-    return inert(str(value)).replace("|", "\\|")
+    return _not_a_formula(inert(str(value))).replace("|", "\\|")
 
 
 # --- human tables -----------------------------------------------------------------------------

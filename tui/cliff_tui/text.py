@@ -11,6 +11,8 @@ screens draw outside text as plain text, never as markup.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import unicodedata
 from functools import lru_cache
 from typing import Any
@@ -39,17 +41,27 @@ def cut(text: str, limit: int) -> str:
     """``text`` at most ``limit`` characters long, the note included (so cutting twice is cutting once)."""
     if len(text) <= limit:
         return text
-    note = f"… [cut from {len(text):,} chars]"
-    return text[: max(0, limit - len(note))] + note
+    return _with_note(list(text), limit, len(text))
 
 
 def inert(text: str, *, multiline: bool = False, limit: int = LINE_LIMIT) -> str:
     """``text`` with nothing a terminal would run: controls, escape sequences, bidi and invisible
-    characters shown as visible stand-ins; a newline kept only where ``multiline``. Idempotent."""
-    text = cut(text, limit)
-    if text.isprintable():  # the common case, at C speed
+    characters shown as visible stand-ins; a newline kept only where ``multiline``. At most ``limit``
+    characters, stand-ins and the cut note included, so it is idempotent."""
+    if len(text) <= limit and text.isprintable():  # the common case, at C speed
         return text
-    return "".join(ch if ch.isprintable() or (multiline and ch == "\n") else _shown(ch) for ch in text)
+    # A stand-in is never shorter than its character: past limit + 1 characters nothing more can show.
+    shown = [ch if ch.isprintable() or (multiline and ch == "\n") else _shown(ch) for ch in text[: limit + 1]]
+    if sum(map(len, shown)) <= limit:
+        return "".join(shown)
+    return _with_note(shown, limit, len(text))
+
+
+def _with_note(pieces: list[str], limit: int, total: int) -> str:
+    """The whole pieces that fit before the note saying how long the text was."""
+    note = f"… [cut from {total:,} chars]"
+    n = bisect.bisect_right(list(itertools.accumulate(map(len, pieces))), limit - len(note))
+    return ("".join(pieces[:n]) + note)[:limit]
 
 
 def inert_tree(value: Any, limit: int = LINE_LIMIT) -> Any:

@@ -15,7 +15,7 @@ Labels: ``tier`` (vram, shared, ram, swap), ``gpu`` (the index, "" for host tier
 from __future__ import annotations
 
 import urllib.parse
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -33,40 +33,19 @@ from cliff_tui.session import Session
 SIGN_LEVELS = {"na": 0, "ok": 0, "info": 1, "amber": 2, "red": 3}
 SIGN_NAMES = {1: "spill", 2: "ram", 3: "speed"}
 
-RamLimit = Callable[[], "tuple[int, int | None] | None"]
-
-
-def cgroup_ram_limit() -> tuple[int, int | None] | None:
-    """The memory limit of this process's cgroup and the usage it counts, where one applies.
-
-    Hook: ``cliff_tui.probes.cgroup`` (the v1/v2 cgroup reader) is written on a branch of its own;
-    until it is merged this finds no module and every host reports its whole RAM."""
-    try:
-        from cliff_tui.probes.cgroup import read_cgroup_memory  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    memory = read_cgroup_memory()
-    if memory.limit_bytes is None:
-        return None
-    return memory.limit_bytes, memory.usage_bytes
-
-
 def verdict_level(pipeline: Pipeline) -> int:
     """The one cliff verdict (the screen's and the run record's): ok 0, info 1, amber 2, red 3."""
     return SIGN_LEVELS.get(pipeline.cliff_verdict().level, 0)
 
 
 class CliffCollector(Collector):
-    def __init__(self, session: Session, plans: Sequence[CapacityPlan] = (),
-                 ram_limit: RamLimit = cgroup_ram_limit) -> None:
+    def __init__(self, session: Session, plans: Sequence[CapacityPlan] = ()) -> None:
         self.session = session
         self.plans = list(plans)
-        self.ram_limit = ram_limit
 
     def collect(self) -> Iterator[Metric]:
-        limit = self.ram_limit()
         with self.session.reading() as pipeline:
-            families = [*_memory(pipeline.latest, limit), *_spill(pipeline), *_gpus(pipeline.latest),
+            families = [*_memory(pipeline.latest), *_spill(pipeline), *_gpus(pipeline.latest),
                         *_signs(pipeline), *_decode(pipeline), *_process(pipeline.latest),
                         *_servers(pipeline)]
         yield from families
@@ -85,27 +64,23 @@ def _gpu_labels(g: GpuReading) -> list[str]:
 # --- memory tiers ---------------------------------------------------------------------------------
 
 
-def _memory(s: Sample | None, limit: tuple[int, int | None] | None) -> list[Metric]:
+def _memory(s: Sample | None) -> list[Metric]:
     labels = ("tier", "gpu", "uuid")
     used = _gauge("cliff_memory_used_bytes", "Memory in use on each tier (RAM: total minus available, "
                   "or the cgroup's usage where a cgroup limit applies)", labels)
     capacity = _gauge("cliff_memory_capacity_bytes", "Size of each tier (RAM: the cgroup memory limit "
                       "where one applies)", labels)
-    cgroup = _gauge("cliff_ram_cgroup_limit_bytes", "The memory limit of the exporter's cgroup, where one "
-                    "is below the host's RAM")
+    cgroup = _gauge("cliff_ram_cgroup_limit_bytes", "The memory limit of the followed process's cgroup "
+                    "(--pid; else the exporter's own), where one is below the host's RAM")
     if s is not None:
         for g in s.gpus:
             _add(used, ["vram", *_gpu_labels(g)], g.vram_used_bytes)
             _add(capacity, ["vram", *_gpu_labels(g)], g.vram_total_bytes)
             _add(used, ["shared", *_gpu_labels(g)], g.shared_used_bytes)
             _add(capacity, ["shared", *_gpu_labels(g)], g.shared_total_bytes)
-        ram_used, ram_total = s.ram.used_bytes, s.ram.total_bytes
-        if limit is not None and limit[0] < ram_total:
-            ram_total = limit[0]
-            ram_used = limit[1] if limit[1] is not None else ram_used
-            cgroup.add_metric([], limit[0])
-        _add(used, ["ram", "", ""], ram_used)
-        _add(capacity, ["ram", "", ""], ram_total)
+        _add(used, ["ram", "", ""], s.ram_used_bytes)
+        _add(capacity, ["ram", "", ""], s.ram_capacity_bytes)
+        _add(cgroup, [], s.cgroup.limit_bytes if s.cgroup is not None else None)
         _add(used, ["swap", "", ""], s.swap.used_bytes)
         _add(capacity, ["swap", "", ""], s.swap.total_bytes)
     stamp = _gauge("cliff_sample_timestamp_seconds", "Unix time of the newest sample")

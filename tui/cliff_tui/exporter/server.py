@@ -10,7 +10,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 
 from cliff_tui.errors import CliffError
-from cliff_tui.exporter.collector import CliffCollector, RamLimit, cgroup_ram_limit
+from cliff_tui.exporter.collector import CliffCollector
 from cliff_tui.exporter.plans import CapacityPlan
 from cliff_tui.listen import Bind, listen_error, wide_bind_warning
 from cliff_tui.session import Session, stop_on_signals
@@ -20,11 +20,10 @@ class Exporter:
     """A registry of its own (no default process/platform collectors) with the session's collector
     and the exporter's own CPU and memory (``cliff_exporter_process_*``)."""
 
-    def __init__(self, session: Session, plans: Sequence[CapacityPlan] = (),
-                 ram_limit: RamLimit = cgroup_ram_limit) -> None:
+    def __init__(self, session: Session, plans: Sequence[CapacityPlan] = ()) -> None:
         self.session = session
         self.registry = CollectorRegistry()
-        self.registry.register(CliffCollector(session, plans, ram_limit))
+        self.registry.register(CliffCollector(session, plans))
         ProcessCollector(namespace="cliff_exporter", registry=self.registry)
         self._httpd: WSGIServer | None = None
 

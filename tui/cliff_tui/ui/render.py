@@ -239,10 +239,11 @@ def _ram_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     r, cg = s.ram, s.cgroup
     sign = p.signs.get(2)
     note, style = (f"{sign.headline} — {sign.detail}", _level_style(sign.level)) if sign else ("", DIM)
-    if cg is not None and cg.usage_bytes is not None:
-        value = f"{fmt_bytes(cg.usage_bytes)} / {fmt_bytes(cg.limit_bytes)}  {cg.usage_bytes / cg.limit_bytes:.0%}" \
+    used, total = s.ram_used_bytes, s.ram_capacity_bytes
+    if cg is not None and used is not None:
+        value = f"{fmt_bytes(used)} / {fmt_bytes(total)}  {used / total:.0%}" \
                 f"  · the machine has {fmt_bytes(r.total_bytes)}"
-        return Panel("ram", cg.tier, value, _byte_graphs(p, "ram.cgroup", cg.limit_bytes, per_column, cliff=not s.gpus), note,
+        return Panel("ram", cg.tier, value, _byte_graphs(p, "ram.cgroup", total, per_column, cliff=not s.gpus), note,
                      style, _version(p, "ram.cgroup"))
     value = f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {r.used_bytes / r.total_bytes:.0%}" \
             f"  · available {fmt_bytes(r.available_bytes)}"
