@@ -58,6 +58,36 @@ def test_fit_from_a_triangulation_uses_the_measured_line():
     assert q8["basis"] == "theory × ratio"
 
 
+def test_a_recording_with_flash_attention_auto_measures_only_the_flash_attention_row():
+    record = json.loads(fit("--from", str(DATA / "smollm2_triangulation.jsonl"), "--capacity", "8GiB",
+                            "--json").stdout)
+    measured = [(o["type_k"], o["flash_attn"], o["swa_full"]) for o in record["options"] if o["basis"] == "measured"]
+    assert measured == [("f16", True, False)]  # the recording's runs: f16, flash attention "auto"
+
+
+@pytest.fixture(scope="module")
+def gemma3_triangulation(tmp_path_factory):
+    """A real triangulation of a tiny sliding-window model, as its -o json output."""
+    folder = tmp_path_factory.mktemp("swa")
+    model = write_tiny_gemma3(folder / "gemma3.gguf")
+    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "triangulate", "-m", str(model), "--headless",
+                           "--depths", "256,512", "-o", "json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = folder / "triangulation.json"
+    out.write_text(proc.stdout)
+    return model, out
+
+
+def test_a_sliding_window_triangulation_measures_only_its_own_settings(gemma3_triangulation):
+    model, tri = gemma3_triangulation
+    runs = json.loads(tri.read_text())["runs"]
+    assert {(r["flash_attn"], r["swa_full"]) for r in runs} == {("auto", False)}
+    record = json.loads(fit("-m", str(model), "--from", str(tri), "--capacity", "1GiB", "--json").stdout)
+    measured = [(o["type_k"], o["flash_attn"], o["swa_full"]) for o in record["options"] if o["basis"] == "measured"]
+    assert measured == [("f16", True, False)]
+    assert {o["basis"] for o in record["options"] if o["valid"]} == {"measured", "theory × ratio"}
+
+
 @pytest.mark.parametrize("args, words", [
     (["-m", "/nonexistent.gguf"], "model file not found"),
     (["--from", "/nonexistent.json"], "triangulation file not found"),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cliff_tui.analysis.fit import FitTable, MeasuredLine, fit_table, measured_lines
+from cliff_tui.analysis.fit import FitTable, MeasuredLine, fit_table, flash_attn_in_effect, measured_lines
 from cliff_tui.analysis.triangulation import default_reserve
 from cliff_tui.errors import BadInput
 from cliff_tui.events import ModelInfo, Sample
@@ -61,9 +61,9 @@ def _lines_from_record(record: Any, path: str) -> tuple[list[MeasuredLine], floa
             run = rec["runs"][0]
             per_token = slope["touched"] if slope["touched"] is not None else slope["allocated"]
             base = intercept["touched"] if slope["touched"] is not None else intercept["allocated"]
-            fa = {"on": True, "off": False}.get(run["flash_attn"])
-            lines.append(MeasuredLine(float(per_token), float(base), run["cache_type_k"], run["cache_type_v"], fa,
-                                      None, f"{Path(path).name}"))
+            lines.append(MeasuredLine(float(per_token), float(base), run["cache_type_k"], run["cache_type_v"],
+                                      flash_attn_in_effect(run["flash_attn"]), bool(run.get("swa_full", False)),
+                                      f"{Path(path).name}"))
             if ratio is None and slope["touched"] and slope["allocated"]:
                 ratio = slope["touched"] / slope["allocated"]
         except (KeyError, IndexError, TypeError, ValueError):

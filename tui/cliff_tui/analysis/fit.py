@@ -395,6 +395,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def flash_attn_in_effect(setting: str) -> bool:
+    """The flash attention a run's setting gives, as the theory counts it ("auto" is on)."""
+    return setting != "off"
+
+
 def measured_lines(tris: Mapping[str, Triangulation], results: Sequence[RunResult]) -> tuple[list[MeasuredLine], float | None]:
     """Each triangulated cache type's touched line, and the touched/allocated ratio of the first."""
     lines, ratio = [], None
@@ -404,9 +409,8 @@ def measured_lines(tris: Mapping[str, Triangulation], results: Sequence[RunResul
         if slope.bytes_per_token is None or slope.intercept_bytes is None or not runs:
             continue
         s = runs[0].settings
-        fa = {"on": True, "off": False}.get(s.flash_attn)
         lines.append(MeasuredLine(slope.bytes_per_token, slope.intercept_bytes, s.cache_type_k, s.cache_type_v,
-                                  fa, s.swa_full, f"triangulation at {', '.join(f'{r.n_ctx:,}' for r in runs)}"))
+                                  flash_attn_in_effect(s.flash_attn), s.swa_full, f"triangulation at {', '.join(f'{r.n_ctx:,}' for r in runs)}"))
         if ratio is None and tri.touched.bytes_per_token and tri.allocated.bytes_per_token:
             ratio = tri.touched.bytes_per_token / tri.allocated.bytes_per_token
     return lines, ratio
