@@ -3,11 +3,13 @@ the target fits with the reserve, the largest context that does, and the llama-s
 
 Bytes per token come from the first basis that exists for an option: a measured line passed in
 (a triangulation of that cache type), the theory scaled by a measured touched/allocated ratio,
-or the theory (:mod:`cliff_tui.analysis.theory`, llama.cpp's own allocation). The weights are
-the file size in RAM, or the GGUF's offloaded tensors on a GPU, unless a measured model buffer
-is passed; the compute buffer is counted only when a measured one is passed (it depends on the
-backend, ubatch and graph, and the theory does not derive it). Header only: no llama_cpp, no
-Textual.
+or the theory (:mod:`cliff_tui.analysis.theory`, llama.cpp's own allocation). With a measured
+line, every row stands on its non-KV base (the line's intercept less its fixed KV part and its
+one sequence's logits: weights, compute buffer and the runtime, as measured). Without one, the
+weights are the file size in RAM, or the GGUF's offloaded tensors on a GPU, unless a measured
+model buffer is passed; the compute buffer is counted only when a measured one is passed (it
+depends on the backend, ubatch and graph, and the theory does not derive it). Header only: no
+llama_cpp, no Textual.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ Basis = Literal["measured", "theory × ratio", "theory"]
 DEFAULT_TYPES = ("f16", "q8_0", "q4_0")
 SERVER_AUTO_SLOTS = 4  # llama-server without -np: 4 slots sharing one unified cache
 LOGITS_BYTES = 4  # f32 logits per vocabulary entry and output row
+MEASURED_N_SEQ = 1  # a triangulation's runs hold one sequence, in a cache of their own
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ class FitTable:
     options: tuple[FitOption, ...]
     breakdown: tuple[str, ...]  # the theory's parts for the first valid option, at the target
     notes: tuple[str, ...] = field(default_factory=tuple)
+    base_bytes: int | None = None  # the measured non-KV base the rows stand on, when a line was passed
+    base_text: str = ""
 
     @property
     def usable_bytes(self) -> int:
@@ -125,6 +130,7 @@ class _Context:
     compute: int
     output: int
     touched_ratio: float | None
+    base: float | None = None  # the first measured line's non-KV base: theory rows stand on it
 
 
 def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: bool = False,
@@ -151,6 +157,9 @@ def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: 
     ctx = _Context(model, gpu, CUDA if gpu else CPU, capacity_bytes - reserve_bytes, target,
                    max(target, model.n_ctx_train or 0), slots, unified, explicit, n_batch, n_ubatch, weights,
                    compute_bytes or 0, output, touched_ratio)
+    anchor = measured[0] if measured else None
+    if anchor is not None:
+        ctx = dataclasses.replace(ctx, base=_measured_base(ctx, anchor))
     layout = kv_layout(model)
     has_swa = bool(layout and any(layer.kind == "swa" for layer in layout.layers))
     options = [_option(ctx, t, t, fa, swa_full, measured)
@@ -164,9 +173,31 @@ def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: 
     breakdown = _breakdown_lines(ctx, first) if first else ()
     slots_text = (f"{slots} slot{'s' if slots != 1 else ''}" + (", unified cache" if unified else "")
                   + ("" if explicit else " (llama-server's default without -np)"))
+    base_text = (f"{anchor.source}: its intercept less its fixed KV and one sequence's logits" if anchor
+                 else "")
     return FitTable(model.name, model.path, model.architecture, tier, capacity_bytes, reserve_bytes, target,
                     ctx.cap, slots, unified, slots_text, weights, weights_text, compute_bytes, output,
-                    tuple(options), breakdown, _notes(ctx, layout, compute_bytes))
+                    tuple(options), breakdown, _notes(ctx, layout, compute_bytes),
+                    None if ctx.base is None else round(ctx.base), base_text)
+
+
+def _measured_base(ctx: _Context, line: MeasuredLine) -> float:
+    """What a measured line holds besides the KV cache: its intercept less the KV bytes that do not
+    grow with n_ctx at its own settings (one sequence) and that sequence's logits (in RAM)."""
+    output = 0 if ctx.gpu else (ctx.model.n_vocab or 0) * LOGITS_BYTES * MEASURED_N_SEQ
+    return line.intercept_bytes - _fixed_kv(ctx, line.type_k, line.type_v, line.flash_attn is not False,
+                                            bool(line.swa_full), ctx.cap, MEASURED_N_SEQ, False) - output
+
+
+def _fixed_kv(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n: int, n_seq: int, unified: bool) -> int:
+    """The KV parts that do not grow with n_ctx (sliding windows, recurrent state) at context ``n``."""
+    settings = KvSettings(n_ctx=n, type_k=k, type_v=v, flash_attn="on" if fa else "off", swa_full=swa_full,
+                          n_seq=n_seq, kv_unified=unified, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch)
+    try:
+        b = kv_breakdown(ctx.model, settings, ctx.backend)
+    except InvalidSettings:
+        return 0
+    return sum(p.bytes for p in b.parts if p.kind == "fixed") if b else 0
 
 
 def _weights(model: ModelInfo, gpu: bool, measured: int | None) -> tuple[int, str]:
@@ -194,8 +225,11 @@ def _option(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool,
     at_target = kv_breakdown(ctx.model, _settings(ctx, k, v, fa, swa_full, ctx.target), ctx.backend)
     assert at_target is not None
     if line:
+        base = _measured_base(ctx, line)
+
         def need(n: int) -> int:
-            return round(line.intercept_bytes + line.bytes_per_token * _padded(ctx, n))
+            fixed_kv = _fixed_kv(ctx, k, v, fa, swa_full, n, ctx.n_seq, ctx.unified)
+            return round(base + ctx.output + fixed_kv + line.bytes_per_token * _padded(ctx, n))
         basis, text, per_token = "measured", f"measured ({line.source})", line.bytes_per_token
         fixed = None
     else:
@@ -231,7 +265,8 @@ def _theory_need(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n: int
     assert b is not None
     growing = sum(p.bytes for p in b.parts if p.kind == "per_token")
     kv = b.total_bytes - growing + round(growing * ratio)
-    return ctx.weights + ctx.compute + ctx.output + kv
+    base = ctx.base if ctx.base is not None else ctx.weights + ctx.compute
+    return round(base) + ctx.output + kv
 
 
 def _padded(ctx: _Context, n: int) -> int:
@@ -317,7 +352,10 @@ def _breakdown_lines(ctx: _Context, option: FitOption) -> tuple[str, ...]:
 
 def _notes(ctx: _Context, layout, compute: int | None) -> tuple[str, ...]:
     notes = []
-    if compute is None:
+    if ctx.base is not None:
+        notes.append("every row stands on the measured non-KV base (weights, compute buffer, runtime); "
+                     "the rows without a measured line of their own add the theory's KV to it")
+    elif compute is None:
         notes.append("compute buffer not included (it depends on the backend, ubatch and graph): "
                      "pass a measured one or keep it in the reserve")
     if layout and not layout.exact:
@@ -341,8 +379,7 @@ def format_fit_markdown(table: FitTable) -> str:
         (f"- tier: {table.tier}, {fmt_bytes(table.capacity_bytes)} less {fmt_bytes(table.reserve_bytes)} reserve "
         f"= {fmt_bytes(table.usable_bytes)} usable"),
         f"- target context: {table.target_ctx:,} tokens; {table.slots_text}",
-        f"- weights: {fmt_bytes(table.weights_bytes)} ({table.weights_text}); compute buffer: "
-        + (fmt_bytes(table.compute_bytes) + " (measured)" if table.compute_bytes is not None else "not included"),
+        _base_line(table),
         "",
         ("| K/V cache | flash attn | SWA full | basis | KV per token | KV fixed | need at target | fits | "
         "largest context | llama-server |"),
@@ -356,6 +393,15 @@ def format_fit_markdown(table: FitTable) -> str:
     if best and best.command:
         tail += ["", f"Suggested: `{best.command}`"]
     return "\n".join(head + rows + tail) + "\n"
+
+
+def _base_line(table: FitTable) -> str:
+    if table.base_bytes is not None:
+        return (f"- weights, compute buffer and runtime: {fmt_bytes(table.base_bytes)} measured ({table.base_text}); "
+                "the logits and the KV cache are added per row")
+    compute = (fmt_bytes(table.compute_bytes) + " (measured)" if table.compute_bytes is not None
+               else "not included")
+    return f"- weights: {fmt_bytes(table.weights_bytes)} ({table.weights_text}); compute buffer: {compute}"
 
 
 def _row(o: FitOption) -> str:
