@@ -103,3 +103,22 @@ def test_fit_from_a_file_that_is_no_triangulation_is_one_line(tmp_path):
     junk.write_text('{"hello": 1}')
     proc = fit("--from", str(junk))
     assert proc.returncode == 2 and "is not a triangulation's JSON output" in proc.stderr
+
+
+def test_a_triangulation_ends_with_the_fit_table_in_md_and_json():
+    from cliff_tui.recording.export import replay_all
+    from cliff_tui.recording.reader import open_recording
+    from cliff_tui.report import triangulation_output
+
+    pipeline = replay_all(open_recording(str(DATA / "smollm2_triangulation.jsonl")))
+    md = triangulation_output(pipeline, "md")
+    table = md[md.index("## What fits"):]
+    assert "| f16 ★ | on | no | measured |" in table and "Suggested: `llama-server -m " in table
+    record = json.loads(triangulation_output(pipeline, "json"))
+    fit_part = record["fit"]
+    assert fit_part["best_command"].endswith("-c 8192 -ctk f16 -ctv f16 -fa on -np 1")
+    f16 = next(o for o in fit_part["options"] if o["basis"] == "measured")
+    # the measured row at the target is the triangulation's own projection (one slot, as it ran)
+    assert f16["need_bytes"] == round(record["projection"]["projected_bytes"])
+    # one slot: the logits the base leaves out are the ones the table adds back
+    assert fit_part["base_bytes"] == round(record["intercept_bytes"]["touched"]) - fit_part["output_bytes"]
