@@ -122,3 +122,31 @@ def test_a_triangulation_ends_with_the_fit_table_in_md_and_json():
     assert f16["need_bytes"] == round(record["projection"]["projected_bytes"])
     # one slot: the logits the base leaves out are the ones the table adds back
     assert fit_part["base_bytes"] == round(record["intercept_bytes"]["touched"]) - fit_part["output_bytes"]
+
+
+def test_vram_asks_what_fits_on_a_gpu_of_that_size():
+    proc = fit("--vram", "100MiB", "--reserve", "4MiB", "-c", "4096")
+    assert proc.returncode == 0, proc.stderr
+    assert "- tier: a GPU with 100 MiB VRAM (what if: --vram)" in proc.stdout
+    assert "| f16, -ngl " in proc.stdout and "layers and the output layer on the GPU" in proc.stdout
+    suggested = proc.stdout.split("Suggested: `")[1].split("`")[0]
+    assert " -c 4096 " in suggested and " -ngl " in suggested
+    record = json.loads(fit("--vram", "100MiB", "--reserve", "4MiB", "-c", "4096", "--json").stdout)
+    partial = [o for o in record["options"] if o["n_gpu_layers"] is not None]
+    assert partial and all(o["fits"] and f"-ngl {o['n_gpu_layers']}" in o["command"] for o in partial)
+    assert " -ngl " in record["best_command"]
+
+
+def test_vram_large_enough_needs_no_ngl_rows():
+    record = json.loads(fit("--vram", "8GiB", "--json").stdout)
+    assert record["tier"].startswith("a GPU with 8.00 GiB") and record["output_bytes"] == 0  # logits stay in RAM
+    assert all(o["n_gpu_layers"] is None for o in record["options"]) and " -ngl " not in record["best_command"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--vram", "1GiB", "--capacity", "2GiB"], "not allowed with argument"),
+    (["--vram", "100MiB"], "the reserve (256 MiB) leaves nothing of a GPU with 100 MiB VRAM"),
+])
+def test_vram_bad_input_exits_2(args, words):
+    proc = fit(*args)
+    assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr

@@ -16,6 +16,7 @@ from cliff_tui.analysis.fit import FitTable, MeasuredLine, fit_table, flash_attn
 from cliff_tui.analysis.triangulation import default_reserve
 from cliff_tui.errors import BadInput
 from cliff_tui.events import ModelInfo, Sample
+from cliff_tui.units import fmt_bytes
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,12 @@ def _read(path: str) -> str:
 def advise(model: ModelInfo, tier: Tier, *, target: int | None, reserve: int | None, n_seq: int | None,
            measured: tuple[list[MeasuredLine], float | None] = ([], None)) -> FitTable:
     lines, ratio = measured
+    reserve = default_reserve(tier.capacity_bytes) if reserve is None else reserve
+    if reserve >= tier.capacity_bytes:
+        raise BadInput(f"the reserve ({fmt_bytes(reserve)}) leaves nothing of {tier.name} "
+                       f"({fmt_bytes(tier.capacity_bytes)}): pass a smaller --reserve")
     try:
-        return fit_table(model, tier.capacity_bytes, tier=tier.name, gpu=tier.gpu,
-                         reserve_bytes=default_reserve(tier.capacity_bytes) if reserve is None else reserve,
+        return fit_table(model, tier.capacity_bytes, tier=tier.name, gpu=tier.gpu, reserve_bytes=reserve,
                          target_ctx=target, n_seq=n_seq, touched_ratio=ratio, measured=lines)
     except ValueError as exc:
         raise BadInput(f"{model.path}: {exc}") from None
