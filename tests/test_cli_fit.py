@@ -55,7 +55,7 @@ def test_fit_from_a_triangulation_uses_the_measured_line():
     f16 = next(o for o in record["options"] if o["type_k"] == "f16" and o["flash_attn"])
     q8 = next(o for o in record["options"] if o["type_k"] == "q8_0" and o["flash_attn"])
     assert f16["basis"] == "measured" and f16["bytes_per_token"] > 23040  # touched: more than the KV alone
-    assert q8["basis"] == "theory × ratio"
+    assert q8["basis"] == "theory + measured"
 
 
 def test_a_recording_with_flash_attention_auto_measures_only_the_flash_attention_row():
@@ -85,7 +85,7 @@ def test_a_sliding_window_triangulation_measures_only_its_own_settings(gemma3_tr
     record = json.loads(fit("-m", str(model), "--from", str(tri), "--capacity", "1GiB", "--json").stdout)
     measured = [(o["type_k"], o["flash_attn"], o["swa_full"]) for o in record["options"] if o["basis"] == "measured"]
     assert measured == [("f16", True, False)]
-    assert {o["basis"] for o in record["options"] if o["valid"]} == {"measured", "theory × ratio"}
+    assert {o["basis"] for o in record["options"] if o["valid"]} == {"measured", "theory + measured"}
 
 
 @pytest.mark.parametrize("args, words", [

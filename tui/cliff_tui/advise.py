@@ -36,7 +36,7 @@ def cliff_tier(sample: Sample) -> Tier:
     return Tier("RAM available", sample.ram.available_bytes, False)
 
 
-def measured_from_file(path: str) -> tuple[list[MeasuredLine], float | None]:
+def measured_from_file(path: str) -> list[MeasuredLine]:
     """The lines a triangulation measured: from its recording, or from its ``-o json`` output."""
     text = _read(path)
     if text.lstrip().startswith('{"type":"header"') or text.lstrip().startswith('{"type": "header"'):
@@ -53,9 +53,9 @@ def measured_from_file(path: str) -> tuple[list[MeasuredLine], float | None]:
     return _lines_from_record(record, path)
 
 
-def _lines_from_record(record: Any, path: str) -> tuple[list[MeasuredLine], float | None]:
+def _lines_from_record(record: Any, path: str) -> list[MeasuredLine]:
     records = record.get("kv_compare") or [record] if isinstance(record, dict) else []
-    lines, ratio = [], None
+    lines = []
     for rec in records:
         try:
             slope, intercept = rec["slope_bytes_per_token"], rec["intercept_bytes"]
@@ -65,14 +65,12 @@ def _lines_from_record(record: Any, path: str) -> tuple[list[MeasuredLine], floa
             lines.append(MeasuredLine(float(per_token), float(base), run["cache_type_k"], run["cache_type_v"],
                                       flash_attn_in_effect(run["flash_attn"]), bool(run.get("swa_full", False)),
                                       f"{Path(path).name}"))
-            if ratio is None and slope["touched"] and slope["allocated"]:
-                ratio = slope["touched"] / slope["allocated"]
         except (KeyError, IndexError, TypeError, ValueError):
             raise BadInput(f"{path} is not a triangulation's JSON output (no slopes and runs in it): "
                            "pass what `cliff-tui triangulate --headless -o json` printed") from None
     if not lines:
         raise BadInput(f"{path} holds no triangulated line: run `cliff-tui triangulate` first")
-    return lines, ratio
+    return lines
 
 
 def _read(path: str) -> str:
@@ -85,14 +83,13 @@ def _read(path: str) -> str:
 
 
 def advise(model: ModelInfo, tier: Tier, *, target: int | None, reserve: int | None, n_seq: int | None,
-           measured: tuple[list[MeasuredLine], float | None] = ([], None)) -> FitTable:
-    lines, ratio = measured
+           measured: list[MeasuredLine] | None = None) -> FitTable:
     reserve = default_reserve(tier.capacity_bytes) if reserve is None else reserve
     if reserve >= tier.capacity_bytes:
         raise BadInput(f"the reserve ({fmt_bytes(reserve)}) leaves nothing of {tier.name} "
                        f"({fmt_bytes(tier.capacity_bytes)}): pass a smaller --reserve")
     try:
         return fit_table(model, tier.capacity_bytes, tier=tier.name, gpu=tier.gpu, reserve_bytes=reserve,
-                         target_ctx=target, n_seq=n_seq, touched_ratio=ratio, measured=lines)
+                         target_ctx=target, n_seq=n_seq, measured=measured or [])
     except ValueError as exc:
         raise BadInput(f"{model.path}: {exc}") from None

@@ -338,7 +338,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         from cliff_tui.probes.sampler import Sampler
 
         tier = cliff_tier(Sampler().sample())
-    measured = measured_from_file(args.from_file) if args.from_file else ([], None)
+    measured = measured_from_file(args.from_file) if args.from_file else []
     table = advise(model, tier, target=args.ctx_size, reserve=args.reserve, n_seq=args.parallel, measured=measured)
     print(json.dumps(fit_record(table), indent=2) if args.json else format_fit_markdown(table))
     return 0

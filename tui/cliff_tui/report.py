@@ -360,10 +360,10 @@ def fit_after(pipeline: Pipeline) -> FitTable | None:
     if projection.capacity_bytes is None:
         return None
     gpu = gpu_index_of(pipeline.results[0].kv_device) is not None
-    lines, ratio = measured_lines(tris, pipeline.results)
+    lines = measured_lines(tris, pipeline.results)
     try:
         return fit_table(model, projection.capacity_bytes, tier=projection.tier, gpu=gpu,
                          reserve_bytes=projection.reserve_bytes or 0, target_ctx=pipeline.target or None,
-                         n_seq=1, touched_ratio=ratio, measured=lines)
+                         n_seq=1, measured=lines)
     except ValueError:
         return None
