@@ -35,9 +35,9 @@ from benchutil import ROOT, OtherLoad, command_line, machine_line
 
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests")]
 
-from cliff_tui.analysis.theory import KvSettings, kv_breakdown  # noqa: E402
-from cliff_tui.engine.gguf_meta import read_model_info  # noqa: E402
-from cliff_tui.units import fmt_bytes, parse_tokens  # noqa: E402
+from cliff_tui.analysis.theory import KvSettings, kv_breakdown
+from cliff_tui.engine.gguf_meta import read_model_info
+from cliff_tui.units import fmt_bytes, parse_tokens
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,8 @@ class Outcome:
 
 
 def cliff(*args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", *args], capture_output=True, text=True, timeout=900,
-                          cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "cliff_tui", *args], check=False, capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"cliff-tui {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout)

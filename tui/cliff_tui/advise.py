@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cliff_tui.analysis.fit import FitTable, MeasuredLine, fit_table, flash_attn_in_effect, measured_lines
+from cliff_tui.analysis.fit import (
+    FitTable,
+    MeasuredLine,
+    fit_table,
+    flash_attn_in_effect,
+    measured_lines,
+)
 from cliff_tui.analysis.triangulation import default_reserve
 from cliff_tui.errors import BadInput
 from cliff_tui.events import ModelInfo, Sample
