@@ -55,7 +55,38 @@ def test_fit_from_a_triangulation_uses_the_measured_line():
     f16 = next(o for o in record["options"] if o["type_k"] == "f16" and o["flash_attn"])
     q8 = next(o for o in record["options"] if o["type_k"] == "q8_0" and o["flash_attn"])
     assert f16["basis"] == "measured" and f16["bytes_per_token"] > 23040  # touched: more than the KV alone
-    assert q8["basis"] == "theory × ratio"
+    assert q8["basis"] == "theory + measured"
+
+
+def test_a_recording_with_flash_attention_auto_measures_only_the_flash_attention_row():
+    record = json.loads(fit("--from", str(DATA / "smollm2_triangulation.jsonl"), "--capacity", "8GiB",
+                            "--json").stdout)
+    measured = [(o["type_k"], o["flash_attn"], o["swa_full"]) for o in record["options"] if o["basis"] == "measured"]
+    assert measured == [("f16", True, False)]  # the recording's runs: f16, flash attention "auto"
+
+
+@pytest.fixture(scope="module")
+def gemma3_triangulation(tmp_path_factory):
+    """A real triangulation of a tiny sliding-window model, as its -o json output."""
+    folder = tmp_path_factory.mktemp("swa")
+    model = write_tiny_gemma3(folder / "gemma3.gguf")
+    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "triangulate", "-m", str(model), "--headless",
+                           "--depths", "256,512", "-o", "json"], check=False, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = folder / "triangulation.json"
+    out.write_text(proc.stdout)
+    return model, out
+
+
+def test_a_sliding_window_triangulation_measures_only_its_own_settings(gemma3_triangulation):
+    model, tri = gemma3_triangulation
+    runs = json.loads(tri.read_text())["runs"]
+    assert {(r["flash_attn"], r["swa_full"]) for r in runs} == {("auto", False)}
+    record = json.loads(fit("-m", str(model), "--from", str(tri), "--capacity", "1GiB", "--json").stdout)
+    measured = [(o["type_k"], o["flash_attn"], o["swa_full"]) for o in record["options"] if o["basis"] == "measured"]
+    assert measured == [("f16", True, False)]
+    assert {o["basis"] for o in record["options"] if o["valid"]} == {"measured", "theory + measured"}
 
 
 @pytest.mark.parametrize("args, words", [
@@ -73,3 +104,50 @@ def test_fit_from_a_file_that_is_no_triangulation_is_one_line(tmp_path):
     junk.write_text('{"hello": 1}')
     proc = fit("--from", str(junk))
     assert proc.returncode == 2 and "is not a triangulation's JSON output" in proc.stderr
+
+
+def test_a_triangulation_ends_with_the_fit_table_in_md_and_json():
+    from cliff_tui.recording.export import replay_all
+    from cliff_tui.recording.reader import open_recording
+    from cliff_tui.report import triangulation_output
+
+    pipeline = replay_all(open_recording(str(DATA / "smollm2_triangulation.jsonl")))
+    md = triangulation_output(pipeline, "md")
+    table = md[md.index("## What fits"):]
+    assert "| f16 ★ | on | no | measured |" in table and "Suggested: `llama-server -m " in table
+    record = json.loads(triangulation_output(pipeline, "json"))
+    fit_part = record["fit"]
+    assert fit_part["best_command"].endswith("-c 8192 -ctk f16 -ctv f16 -fa on -np 1")
+    f16 = next(o for o in fit_part["options"] if o["basis"] == "measured")
+    # the measured row at the target is the triangulation's own projection (one slot, as it ran)
+    assert f16["need_bytes"] == round(record["projection"]["projected_bytes"])
+    # one slot: the logits the base leaves out are the ones the table adds back
+    assert fit_part["base_bytes"] == round(record["intercept_bytes"]["touched"]) - fit_part["output_bytes"]
+
+
+def test_vram_asks_what_fits_on_a_gpu_of_that_size():
+    proc = fit("--vram", "100MiB", "--reserve", "4MiB", "-c", "4096")
+    assert proc.returncode == 0, proc.stderr
+    assert "- tier: a GPU with 100 MiB VRAM (what if: --vram)" in proc.stdout
+    assert "| f16, -ngl " in proc.stdout and "layers and the output layer on the GPU" in proc.stdout
+    suggested = proc.stdout.split("Suggested: `")[1].split("`")[0]
+    assert " -c 4096 " in suggested and " -ngl " in suggested
+    record = json.loads(fit("--vram", "100MiB", "--reserve", "4MiB", "-c", "4096", "--json").stdout)
+    partial = [o for o in record["options"] if o["n_gpu_layers"] is not None]
+    assert partial and all(o["fits"] and f"-ngl {o['n_gpu_layers']}" in o["command"] for o in partial)
+    assert " -ngl " in record["best_command"]
+
+
+def test_vram_large_enough_needs_no_ngl_rows():
+    record = json.loads(fit("--vram", "8GiB", "--json").stdout)
+    assert record["tier"].startswith("a GPU with 8.00 GiB") and record["output_bytes"] == 0  # logits stay in RAM
+    assert all(o["n_gpu_layers"] is None for o in record["options"]) and " -ngl " not in record["best_command"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--vram", "1GiB", "--capacity", "2GiB"], "not allowed with argument"),
+    (["--vram", "100MiB"], "the reserve (256 MiB) leaves nothing of a GPU with 100 MiB VRAM"),
+])
+def test_vram_bad_input_exits_2(args, words):
+    proc = fit(*args)
+    assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr

@@ -103,15 +103,52 @@ def test_recurrent_models_fit_any_context_their_state_fits(tmp_path):
     assert f16.fits and f16.max_context == 4096
 
 
-def test_a_measured_line_or_ratio_replaces_the_theory(smol):
+def test_a_measured_line_replaces_the_theory_of_its_own_settings(smol):
     line = MeasuredLine(bytes_per_token=30_000, intercept_bytes=120 * MiB, type_k="q8_0", type_v="q8_0",
                         flash_attn=True, source="allocated")
-    table = fit_table(smol, 400 * MiB, measured=[line], touched_ratio=1.5)
+    table = fit_table(smol, 400 * MiB, measured=[line])
     q8, f16 = option(table, "q8_0"), option(table, "f16")
-    assert q8.basis == "measured" and q8.need_bytes == round(120 * MiB + 30_000 * 8192)
+    logits_row = 49152 * 4
+    # the line held one sequence's logits; llama-server's 4 default slots hold 3 more
+    assert q8.basis == "measured" and q8.need_bytes == round(120 * MiB + 3 * logits_row + 30_000 * 8192)
     assert q8.max_context == 8192
-    assert f16.basis == "theory × ratio" and f16.bytes_per_token == 1.5 * 30 * 3 * 64 * 2 * 2
-    assert "1.50" in f16.basis_text
+    q8_theory = 30 * 3 * 64 * 2 * 34 / 32
+    assert f16.basis == "theory + measured" and f16.bytes_per_token == 30 * 3 * 64 * 2 * 2 + 30_000 - q8_theory
+    assert "beyond the KV, measured (allocated)" in f16.basis_text
+
+
+def test_theory_rows_stand_on_the_measured_base_and_growth_beyond_the_kv(smol):
+    f16_theory = 30 * 3 * 64 * 2 * 2
+    line = MeasuredLine(bytes_per_token=f16_theory + 4000, intercept_bytes=150 * MiB, type_k="f16", type_v="f16",
+                        flash_attn=True)
+    table = fit_table(smol, 2**30, n_seq=1, measured=[line], target_ctx=4096)
+    base = 150 * MiB - 49152 * 4  # the intercept less its one sequence's logits (SmolLM2 has no fixed KV)
+    assert table.base_bytes == base and table.beyond_kv_bytes_per_token == 4000
+    f16, q8 = option(table, "f16"), option(table, "q8_0")
+    assert f16.need_bytes == round(150 * MiB + (f16_theory + 4000) * 4096)
+    q8_kv = kv_breakdown(smol, KvSettings(n_ctx=4096, type_k="q8_0", type_v="q8_0", flash_attn="on")).total_bytes
+    assert q8.need_bytes == base + table.output_bytes + q8_kv + 4000 * 4096
+    text = format_fit_markdown(table)
+    assert "measured (triangulation: its intercept less its fixed KV" in text and "compute buffer: not" not in text
+    assert "the rows with flash attention off grow faster" in text
+
+
+def test_a_sliding_window_line_gives_its_base_without_the_window_cache(gemma_path):
+    info = read_model_info(gemma_path)
+    settings = KvSettings(n_ctx=4096, flash_attn="on", n_seq=1)
+    window = kv_breakdown(info, settings).fixed_bytes
+    assert window > 0
+    line = MeasuredLine(bytes_per_token=300, intercept_bytes=40 * MiB + window, type_k="f16", type_v="f16",
+                        flash_attn=True, swa_full=False)
+    table = fit_table(info, 2**30, n_seq=1, measured=[line], target_ctx=4096)
+    base = 40 * MiB - info.n_vocab * 4
+    assert table.base_bytes == base
+    full = option(table, "f16", swa_full=True)  # the same cache type, every layer at full size: theory
+    full_kv = kv_breakdown(info, KvSettings(n_ctx=4096, flash_attn="on", swa_full=True)).total_bytes
+    beyond = 300 - kv_breakdown(info, settings).bytes_per_token  # the line's growth beyond its global layers
+    assert table.beyond_kv_bytes_per_token == beyond
+    assert full.basis == "theory + measured" and full.need_bytes == round(base + beyond * 4096) + table.output_bytes + full_kv
+    assert option(table, "f16").need_bytes == round(40 * MiB + window + 300 * 4096)
 
 
 def test_a_gpu_too_small_for_the_whole_model_gets_partial_offload_rows(smol):

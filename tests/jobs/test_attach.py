@@ -194,9 +194,35 @@ def test_once_measures_decode_between_two_readings(server):
     assert lr["prompt_tok_s"] == pytest.approx(256.0) and "average" in lr["prompt_basis"]
     assert lr["slots"][0] == {"id": 0, "n_ctx": 4096, "tokens_used": 1144, "processing": True,
                               "context_used_pct": pytest.approx(27.93)}
-    assert lr["context_in_effect"] == {"n_ctx_per_slot": 4096, "slots": len(lr["slots"]),
-                                       "text": f"{len(lr['slots'])} slots, each up to 4,096 tokens"}
+    effect = lr["context_in_effect"]
+    assert (effect["n_ctx_per_slot"], effect["slots"], effect["tokens_held"]) == (4096, 2, 1144)
+    assert effect["unified"] is None and effect["n_ctx_total"] is None  # the server does not say
+    assert effect["text"].startswith("2 slots, each up to 4,096 tokens: one pool of 4,096 if the cache is unified")
+    assert "2 × 4,096 = 8,192 split if -np without --kv-unified" in effect["text"]
     assert "ram" in record and "swap" in record
+
+
+def split_slots(n_ctx: int, held: list[int]) -> Route:
+    """The recorded /slots shape, one item per slot, each holding ``held[i]`` tokens."""
+    item = json.loads((Path(__file__).parents[1] / "data" / "endpoints" / "llama_slots.json").read_text())[0]
+    slots = [{**item, "id": i, "n_ctx": n_ctx, "n_prompt_tokens": tokens, "is_processing": tokens > 0}
+             for i, tokens in enumerate(held)]
+    return Route.text(json.dumps(slots), content_type="application/json")
+
+
+def test_slots_holding_more_than_one_slot_context_read_as_a_split_cache(server):
+    s = server(llama, BUSY, split_slots(8192, [6000, 5000, 0, 0]))
+    record, ok = once(AttachJob.from_args(s.url, None, 0.5, 2))
+    effect = record["llama_server"]["context_in_effect"]
+    assert ok and effect["unified"] is False and effect["n_ctx_total"] == 32768
+    assert effect["text"].startswith("n_ctx 8,192 per slot, 4 slots share 32,768")
+    assert "hold 11,000 tokens together" in effect["text"]
+
+
+def test_one_slot_has_its_whole_context(server):
+    s = server(llama, BUSY, split_slots(4096, [100]))
+    effect = once(AttachJob.from_args(s.url, None, 0.5, 2))[0]["llama_server"]["context_in_effect"]
+    assert effect["text"] == "1 slot, up to 4,096 tokens" and effect["n_ctx_total"] == 4096
 
 
 def test_once_mid_request_reports_the_live_rate(server):

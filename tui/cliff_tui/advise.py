@@ -12,10 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cliff_tui.analysis.fit import FitTable, MeasuredLine, fit_table, measured_lines
+from cliff_tui.analysis.fit import (
+    FitTable,
+    MeasuredLine,
+    fit_table,
+    flash_attn_in_effect,
+    measured_lines,
+)
 from cliff_tui.analysis.triangulation import default_reserve
 from cliff_tui.errors import BadInput, read_text
 from cliff_tui.events import ModelInfo, Sample
+from cliff_tui.units import fmt_bytes
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,7 @@ def cliff_tier(sample: Sample) -> Tier:
     return Tier("RAM available", sample.ram.available_bytes, False)
 
 
-def measured_from_file(path: str) -> tuple[list[MeasuredLine], float | None]:
+def measured_from_file(path: str) -> list[MeasuredLine]:
     """The lines a triangulation measured: from its recording, or from its ``-o json`` output."""
     text = read_text(path, "triangulation file")
     if text.lstrip().startswith('{"type":"header"') or text.lstrip().startswith('{"type": "header"'):
@@ -52,34 +59,34 @@ def measured_from_file(path: str) -> tuple[list[MeasuredLine], float | None]:
     return _lines_from_record(record, path)
 
 
-def _lines_from_record(record: Any, path: str) -> tuple[list[MeasuredLine], float | None]:
+def _lines_from_record(record: Any, path: str) -> list[MeasuredLine]:
     records = record.get("kv_compare") or [record] if isinstance(record, dict) else []
-    lines, ratio = [], None
+    lines = []
     for rec in records:
         try:
             slope, intercept = rec["slope_bytes_per_token"], rec["intercept_bytes"]
             run = rec["runs"][0]
             per_token = slope["touched"] if slope["touched"] is not None else slope["allocated"]
             base = intercept["touched"] if slope["touched"] is not None else intercept["allocated"]
-            fa = {"on": True, "off": False}.get(run["flash_attn"])
-            lines.append(MeasuredLine(float(per_token), float(base), run["cache_type_k"], run["cache_type_v"], fa,
-                                      None, f"{Path(path).name}"))
-            if ratio is None and slope["touched"] and slope["allocated"]:
-                ratio = slope["touched"] / slope["allocated"]
+            lines.append(MeasuredLine(float(per_token), float(base), run["cache_type_k"], run["cache_type_v"],
+                                      flash_attn_in_effect(run["flash_attn"]), bool(run.get("swa_full", False)),
+                                      f"{Path(path).name}"))
         except (KeyError, IndexError, TypeError, ValueError):
             raise BadInput(f"{path} is not a triangulation's JSON output (no slopes and runs in it): "
                            "pass what `cliff-tui triangulate --headless -o json` printed") from None
     if not lines:
         raise BadInput(f"{path} holds no triangulated line: run `cliff-tui triangulate` first")
-    return lines, ratio
+    return lines
 
 
 def advise(model: ModelInfo, tier: Tier, *, target: int | None, reserve: int | None, n_seq: int | None,
-           measured: tuple[list[MeasuredLine], float | None] = ([], None)) -> FitTable:
-    lines, ratio = measured
+           measured: list[MeasuredLine] | None = None) -> FitTable:
+    reserve = default_reserve(tier.capacity_bytes) if reserve is None else reserve
+    if reserve >= tier.capacity_bytes:
+        raise BadInput(f"the reserve ({fmt_bytes(reserve)}) leaves nothing of {tier.name} "
+                       f"({fmt_bytes(tier.capacity_bytes)}): pass a smaller --reserve")
     try:
-        return fit_table(model, tier.capacity_bytes, tier=tier.name, gpu=tier.gpu,
-                         reserve_bytes=default_reserve(tier.capacity_bytes) if reserve is None else reserve,
-                         target_ctx=target, n_seq=n_seq, touched_ratio=ratio, measured=lines)
+        return fit_table(model, tier.capacity_bytes, tier=tier.name, gpu=tier.gpu, reserve_bytes=reserve,
+                         target_ctx=target, n_seq=n_seq, measured=measured or [])
     except ValueError as exc:
         raise BadInput(f"{model.path}: {exc}") from None

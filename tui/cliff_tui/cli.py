@@ -17,7 +17,7 @@ from cliff_tui.errors import BadInput, CliffError
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.report import FORMATS
 from cliff_tui.text import inert
-from cliff_tui.units import parse_size, parse_tokens
+from cliff_tui.units import fmt_bytes, parse_size, parse_tokens
 
 SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit", "exporter", "serve")
 EXIT_BAD_INPUT = 2
@@ -164,8 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("-c", "--ctx-size", type=_tokens, metavar="N", help="target context (default: trained ctx)")
     fit.add_argument("-np", "--parallel", type=int, metavar="N",
                      help="llama-server slots (default: its own, 4 sharing one unified cache)")
-    fit.add_argument("--capacity", type=_size, metavar="SIZE",
-                     help="the cliff tier's size (default: this machine's GPU0 VRAM, else the RAM available)")
+    tier = fit.add_mutually_exclusive_group()
+    tier.add_argument("--capacity", type=_size, metavar="SIZE",
+                      help="the cliff tier's size (default: this machine's GPU0 VRAM, else the RAM available)")
+    tier.add_argument("--vram", type=_size, metavar="SIZE",
+                      help="what if: a GPU with this much VRAM (rows with -ngl where the model does not fit whole)")
     fit.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free (default 5 %%, ≥ 256 MiB)")
     fit.add_argument("--from", dest="from_file", metavar="FILE",
                      help="a triangulation's -o json output or recording: measured bytes per token")
@@ -332,11 +335,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     model = read_model_info(os.path.abspath(args.model or str(default_model_path())))
     if args.capacity is not None:
         tier = Tier("the given capacity", args.capacity, gpu=False)
+    elif args.vram is not None:
+        tier = Tier(f"a GPU with {fmt_bytes(args.vram)} VRAM (what if: --vram)", args.vram, gpu=True)
     else:
         from cliff_tui.probes.sampler import Sampler
 
         tier = cliff_tier(Sampler().sample())
-    measured = measured_from_file(args.from_file) if args.from_file else ([], None)
+    measured = measured_from_file(args.from_file) if args.from_file else []
     table = advise(model, tier, target=args.ctx_size, reserve=args.reserve, n_seq=args.parallel, measured=measured)
     print(json.dumps(fit_record(table), indent=2) if args.json else format_fit_markdown(table))
     return 0

@@ -46,7 +46,7 @@ def run_record(r: RunResult) -> dict[str, Any]:
         "run_id": r.run_id, "model": r.model_name, "model_path": s.model_path,
         "depth": r.depth, "n_gen": r.n_gen, "n_ctx": r.n_ctx,
         "n_gpu_layers": s.n_gpu_layers, "cache_type_k": s.cache_type_k, "cache_type_v": s.cache_type_v,
-        "flash_attn": s.flash_attn, "threads": s.threads, "batch_size": s.batch_size, "ubatch_size": s.ubatch_size,
+        "flash_attn": s.flash_attn, "swa_full": s.swa_full, "threads": s.threads, "batch_size": s.batch_size, "ubatch_size": s.ubatch_size,
         "baseline_tok_s": r.baseline_tok_s, "depth_tok_s": r.depth_tok_s, "drop_pct": r.drop_pct,
         "expected_tok_s": v.expected_tok_s, "drop_vs_expected_pct": v.drop_vs_expected_pct,
         "cliff": cliff_record(r.cliff),
@@ -367,10 +367,10 @@ def fit_after(pipeline: Pipeline) -> FitTable | None:
     if projection.capacity_bytes is None:
         return None
     gpu = gpu_index_of(pipeline.results[0].kv_device) is not None
-    lines, ratio = measured_lines(tris, pipeline.results)
+    lines = measured_lines(tris, pipeline.results)
     try:
         return fit_table(model, projection.capacity_bytes, tier=projection.tier, gpu=gpu,
                          reserve_bytes=projection.reserve_bytes or 0, target_ctx=pipeline.target or None,
-                         n_seq=1, touched_ratio=ratio, measured=lines)
+                         n_seq=1, measured=lines)
     except ValueError:
         return None

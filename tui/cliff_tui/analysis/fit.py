@@ -2,10 +2,14 @@
 the target fits with the reserve, the largest context that does, and the llama-server flags.
 
 Bytes per token come from the first basis that exists for an option: a measured line passed in
-(a triangulation of that cache type), the theory scaled by a measured touched/allocated ratio,
-or the theory (:mod:`cliff_tui.analysis.theory`, llama.cpp's own allocation). The weights are
-the file size in RAM, or the GGUF's offloaded tensors on a GPU, unless a measured model buffer
-is passed; the compute buffer is counted only when a measured one is passed (it depends on the
+(a triangulation of that cache type); the theory plus what a measured line touched per token
+beyond its own theory (the compute graph's tensors that grow with the cells in use — the
+attention mask and its copies — whatever the cache type); or the theory alone
+(:mod:`cliff_tui.analysis.theory`, llama.cpp's own allocation). With a measured line, every row
+stands on its non-KV base (the line's intercept less its fixed KV part and its one sequence's
+logits: weights, compute buffer and the runtime, as measured). Without one, the weights are the
+file size in RAM, or the GGUF's offloaded tensors on a GPU, unless a measured model buffer is
+passed; the compute buffer is counted only when a measured one is passed (it depends on the
 backend, ubatch and graph, and the theory does not derive it). Header only: no llama_cpp, no
 Textual.
 """
@@ -36,10 +40,11 @@ from cliff_tui.analysis.triangulation import Triangulation
 from cliff_tui.events import ModelInfo, RunResult
 from cliff_tui.units import fmt_bytes
 
-Basis = Literal["measured", "theory × ratio", "theory"]
+Basis = Literal["measured", "theory + measured", "theory"]
 DEFAULT_TYPES = ("f16", "q8_0", "q4_0")
 SERVER_AUTO_SLOTS = 4  # llama-server without -np: 4 slots sharing one unified cache
 LOGITS_BYTES = 4  # f32 logits per vocabulary entry and output row
+MEASURED_N_SEQ = 1  # a triangulation's runs hold one sequence, in a cache of their own
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,9 @@ class FitTable:
     options: tuple[FitOption, ...]
     breakdown: tuple[str, ...]  # the theory's parts for the first valid option, at the target
     notes: tuple[str, ...] = field(default_factory=tuple)
+    base_bytes: int | None = None  # the measured non-KV base the rows stand on, when a line was passed
+    base_text: str = ""
+    beyond_kv_bytes_per_token: float | None = None  # what the line touched per token beyond its theory
 
     @property
     def usable_bytes(self) -> int:
@@ -125,22 +133,24 @@ class _Context:
     weights: int
     compute: int
     output: int
-    touched_ratio: float | None
+    base: float | None = None  # the first measured line's non-KV base: theory rows stand on it
+    beyond_kv: float | None = None  # its bytes per token beyond its own theory: theory rows add it
+    anchor_source: str = ""
+    anchor_flash_attn: bool = False
 
 
 def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: bool = False,
               reserve_bytes: int = 0, target_ctx: int | None = None, n_seq: int | None = None,
               kv_unified: bool | None = None, n_batch: int = 2048, n_ubatch: int = 512,
               cache_types: Sequence[str] = DEFAULT_TYPES, weights_bytes: int | None = None,
-              compute_bytes: int | None = None, touched_ratio: float | None = None,
-              measured: Sequence[MeasuredLine] = ()) -> FitTable:
+              compute_bytes: int | None = None, measured: Sequence[MeasuredLine] = ()) -> FitTable:
     """The table for ``model`` on a tier of ``capacity_bytes`` (VRAM total with ``gpu``, else
     RAM available or the cgroup limit), keeping ``reserve_bytes`` free.
 
     ``n_seq``/``kv_unified`` None: llama-server's default (4 slots, one unified cache).
     ``weights_bytes``: a measured model buffer on the tier. ``compute_bytes``: a measured compute
-    buffer (else not included). ``touched_ratio``: touched/allocated slope from a triangulation.
-    ``measured``: triangulated lines, used for the options they match."""
+    buffer (else not included). ``measured``: triangulated lines, used for the options they match;
+    the first one's non-KV base and per-token growth beyond its theory carry the other rows."""
     target = target_ctx or model.n_ctx_train
     if not target or target <= 0:
         raise ValueError("no target context: pass one (the header has no trained context)")
@@ -151,7 +161,11 @@ def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: 
     output = 0 if gpu else (model.n_vocab or 0) * LOGITS_BYTES * slots
     ctx = _Context(model, gpu, CUDA if gpu else CPU, capacity_bytes - reserve_bytes, target,
                    max(target, model.n_ctx_train or 0), slots, unified, explicit, n_batch, n_ubatch, weights,
-                   compute_bytes or 0, output, touched_ratio)
+                   compute_bytes or 0, output)
+    anchor = measured[0] if measured else None
+    if anchor is not None:
+        ctx = dataclasses.replace(ctx, base=_measured_base(ctx, anchor), beyond_kv=_beyond_kv(ctx, anchor),
+                                  anchor_source=anchor.source, anchor_flash_attn=anchor.flash_attn is not False)
     layout = kv_layout(model)
     has_swa = bool(layout and any(layer.kind == "swa" for layer in layout.layers))
     options = [_option(ctx, t, t, fa, swa_full, measured)
@@ -165,9 +179,43 @@ def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: 
     breakdown = _breakdown_lines(ctx, first) if first else ()
     slots_text = (f"{slots} slot{'s' if slots != 1 else ''}" + (", unified cache" if unified else "")
                   + ("" if explicit else " (llama-server's default without -np)"))
+    base_text = (f"{anchor.source}: its intercept less its fixed KV and one sequence's logits" if anchor
+                 else "")
     return FitTable(model.name, model.path, model.architecture, tier, capacity_bytes, reserve_bytes, target,
                     ctx.cap, slots, unified, slots_text, weights, weights_text, compute_bytes, output,
-                    tuple(options), breakdown, _notes(ctx, layout, compute_bytes))
+                    tuple(options), breakdown, _notes(ctx, layout, compute_bytes),
+                    None if ctx.base is None else round(ctx.base), base_text, ctx.beyond_kv)
+
+
+def _measured_base(ctx: _Context, line: MeasuredLine) -> float:
+    """What a measured line holds besides the KV cache: its intercept less the KV bytes that do not
+    grow with n_ctx at its own settings (one sequence) and that sequence's logits (in RAM)."""
+    output = 0 if ctx.gpu else (ctx.model.n_vocab or 0) * LOGITS_BYTES * MEASURED_N_SEQ
+    return line.intercept_bytes - _fixed_kv(ctx, line.type_k, line.type_v, line.flash_attn is not False,
+                                            bool(line.swa_full), ctx.cap, MEASURED_N_SEQ, False) - output
+
+
+def _beyond_kv(ctx: _Context, line: MeasuredLine) -> float:
+    """What a measured line grew per token beyond its own KV theory (one sequence)."""
+    settings = KvSettings(n_ctx=ctx.cap, type_k=line.type_k, type_v=line.type_v,
+                          flash_attn="off" if line.flash_attn is False else "on", swa_full=bool(line.swa_full),
+                          n_seq=MEASURED_N_SEQ, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch)
+    try:
+        b = kv_breakdown(ctx.model, settings, ctx.backend)
+    except InvalidSettings:
+        return 0.0
+    return line.bytes_per_token - (b.bytes_per_token if b else 0.0)
+
+
+def _fixed_kv(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n: int, n_seq: int, unified: bool) -> int:
+    """The KV parts that do not grow with n_ctx (sliding windows, recurrent state) at context ``n``."""
+    settings = KvSettings(n_ctx=n, type_k=k, type_v=v, flash_attn="on" if fa else "off", swa_full=swa_full,
+                          n_seq=n_seq, kv_unified=unified, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch)
+    try:
+        b = kv_breakdown(ctx.model, settings, ctx.backend)
+    except InvalidSettings:
+        return 0
+    return sum(p.bytes for p in b.parts if p.kind == "fixed") if b else 0
 
 
 def _weights(model: ModelInfo, gpu: bool, measured: int | None) -> tuple[int, str]:
@@ -195,20 +243,22 @@ def _option(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool,
     at_target = kv_breakdown(ctx.model, _settings(ctx, k, v, fa, swa_full, ctx.target), ctx.backend)
     assert at_target is not None
     if line:
+        base = _measured_base(ctx, line)
+
         def need(n: int) -> int:
-            return round(line.intercept_bytes + line.bytes_per_token * pad_n_ctx(n, ctx.n_seq, ctx.unified))
+            fixed_kv = _fixed_kv(ctx, k, v, fa, swa_full, n, ctx.n_seq, ctx.unified)
+            return round(base + ctx.output + fixed_kv + line.bytes_per_token * pad_n_ctx(n, ctx.n_seq, ctx.unified))
         basis, text, per_token = "measured", f"measured ({line.source})", line.bytes_per_token
         fixed = None
     else:
-        ratio = ctx.touched_ratio or 1.0
-
         def need(n: int) -> int:
-            return _theory_need(ctx, k, v, fa, swa_full, n, ratio)
-        per_token = at_target.bytes_per_token * ratio
+            return _theory_need(ctx, k, v, fa, swa_full, n)
+        beyond = ctx.beyond_kv or 0.0
+        per_token = max(0.0, at_target.bytes_per_token + beyond)
         fixed = at_target.fixed_bytes
-        basis = "theory × ratio" if ctx.touched_ratio else "theory"
-        text = (f"theory × touched/allocated {ctx.touched_ratio:.2f}" if ctx.touched_ratio
-                else "theory (llama.cpp's allocation)")
+        basis = "theory + measured" if ctx.beyond_kv is not None else "theory"
+        text = (f"theory + {fmt_bytes(beyond)}/token beyond the KV, measured ({ctx.anchor_source})"
+                if ctx.beyond_kv is not None else "theory (llama.cpp's allocation)")
     need_target = need(ctx.target)
     largest = _largest(ctx, need)
     fits = need_target <= ctx.usable
@@ -227,12 +277,12 @@ def _invalid(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool) -> str | N
     return None
 
 
-def _theory_need(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n: int, ratio: float) -> int:
+def _theory_need(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n: int) -> int:
     b = kv_breakdown(ctx.model, _settings(ctx, k, v, fa, swa_full, n), ctx.backend)
     assert b is not None
-    growing = sum(p.bytes for p in b.parts if p.kind == "per_token")
-    kv = b.total_bytes - growing + round(growing * ratio)
-    return ctx.weights + ctx.compute + ctx.output + kv
+    base = ctx.base if ctx.base is not None else ctx.weights + ctx.compute
+    beyond = (ctx.beyond_kv or 0.0) * pad_n_ctx(n, ctx.n_seq, ctx.unified)
+    return max(0, round(base + beyond)) + ctx.output + b.total_bytes
 
 
 def _largest(ctx: _Context, need) -> int:
@@ -311,7 +361,14 @@ def _breakdown_lines(ctx: _Context, option: FitOption) -> tuple[str, ...]:
 
 def _notes(ctx: _Context, layout, compute: int | None) -> tuple[str, ...]:
     notes = []
-    if compute is None:
+    if ctx.base is not None:
+        notes.append("every row stands on the measured non-KV base (weights, compute buffer, runtime); the rows "
+                     "without a measured line of their own add the theory's KV and what the measured line grew "
+                     "per token beyond its theory")
+        if ctx.anchor_flash_attn:
+            notes.append("the rows with flash attention off grow faster than that: without it the attention "
+                         "scores (cells × ubatch × heads) are computed in full; a line measured with it off says how much")
+    elif compute is None:
         notes.append("compute buffer not included (it depends on the backend, ubatch and graph): "
                      "pass a measured one or keep it in the reserve")
     if layout and not layout.exact:
@@ -335,8 +392,7 @@ def format_fit_markdown(table: FitTable) -> str:
         (f"- tier: {table.tier}, {fmt_bytes(table.capacity_bytes)} less {fmt_bytes(table.reserve_bytes)} reserve "
         f"= {fmt_bytes(table.usable_bytes)} usable"),
         f"- target context: {table.target_ctx:,} tokens; {table.slots_text}",
-        f"- weights: {fmt_bytes(table.weights_bytes)} ({table.weights_text}); compute buffer: "
-        + (fmt_bytes(table.compute_bytes) + " (measured)" if table.compute_bytes is not None else "not included"),
+        _base_line(table),
         "",
         ("| K/V cache | flash attn | SWA full | basis | KV per token | KV fixed | need at target | fits | "
         "largest context | llama-server |"),
@@ -350,6 +406,15 @@ def format_fit_markdown(table: FitTable) -> str:
     if best and best.command:
         tail += ["", f"Suggested: `{best.command}`"]
     return "\n".join(head + rows + tail) + "\n"
+
+
+def _base_line(table: FitTable) -> str:
+    if table.base_bytes is not None:
+        return (f"- weights, compute buffer and runtime: {fmt_bytes(table.base_bytes)} measured ({table.base_text}); "
+                "the logits and the KV cache are added per row")
+    compute = (fmt_bytes(table.compute_bytes) + " (measured)" if table.compute_bytes is not None
+               else "not included")
+    return f"- weights: {fmt_bytes(table.weights_bytes)} ({table.weights_text}); compute buffer: {compute}"
 
 
 def _row(o: FitOption) -> str:
@@ -389,18 +454,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def measured_lines(tris: Mapping[str, Triangulation], results: Sequence[RunResult]) -> tuple[list[MeasuredLine], float | None]:
-    """Each triangulated cache type's touched line, and the touched/allocated ratio of the first."""
-    lines, ratio = [], None
+def flash_attn_in_effect(setting: str) -> bool:
+    """The flash attention a run's setting gives, as the theory counts it ("auto" is on)."""
+    return setting != "off"
+
+
+def measured_lines(tris: Mapping[str, Triangulation], results: Sequence[RunResult]) -> list[MeasuredLine]:
+    """Each triangulated cache type's touched line (its allocated line where nothing was touched)."""
+    lines = []
     for tri in tris.values():
         slope = tri.touched if tri.touched.bytes_per_token is not None else tri.allocated
         runs = [r for r in results if r.settings.cache_label == tri.cache_types]
         if slope.bytes_per_token is None or slope.intercept_bytes is None or not runs:
             continue
         s = runs[0].settings
-        fa = {"on": True, "off": False}.get(s.flash_attn)
         lines.append(MeasuredLine(slope.bytes_per_token, slope.intercept_bytes, s.cache_type_k, s.cache_type_v,
-                                  fa, s.swa_full, f"triangulation at {', '.join(f'{r.n_ctx:,}' for r in runs)}"))
-        if ratio is None and tri.touched.bytes_per_token and tri.allocated.bytes_per_token:
-            ratio = tri.touched.bytes_per_token / tri.allocated.bytes_per_token
-    return lines, ratio
+                                  flash_attn_in_effect(s.flash_attn), s.swa_full, f"triangulation at {', '.join(f'{r.n_ctx:,}' for r in runs)}"))
+    return lines

@@ -395,14 +395,30 @@ def _llama_fields(r: SessionReading) -> dict[str, Any]:
 
 
 def context_in_effect(slots: Sequence[SlotReading]) -> dict[str, Any] | None:
-    """The context a request really gets: each slot's own n_ctx (llama-server gives every slot the
-    whole pool with a unified cache, its default; n_ctx / slots, padded to 256, without one)."""
+    """The context a request really gets: each slot's own n_ctx. With a unified cache (llama-server's
+    default without -np) every slot reports the whole pool; split (-np without --kv-unified), each
+    reports its share, n_ctx / slots padded to 256. The server does not say which: the slots prove
+    a split when together they hold more tokens than one slot's n_ctx."""
     sizes = [s.n_ctx for s in slots if s.n_ctx]
     if not sizes:
         return None
-    per_slot = min(sizes)
-    text = f"{len(slots)} slot{'s' if len(slots) != 1 else ''}, each up to {per_slot:,} tokens"
-    return {"n_ctx_per_slot": per_slot, "slots": len(slots), "text": text}
+    per_slot, n = min(sizes), len(slots)
+    held = sum(s.tokens_used or 0 for s in slots)
+    split = n > 1 and held > per_slot
+    if n == 1:
+        unified, total = None, per_slot
+        text = f"1 slot, up to {per_slot:,} tokens"
+    elif split:
+        unified, total = False, per_slot * n
+        text = (f"n_ctx {per_slot:,} per slot, {n} slots share {total:,} (split: the slots hold {held:,} "
+                f"tokens together, more than one slot's n_ctx)")
+    else:
+        unified, total = None, None
+        text = (f"{n} slots, each up to {per_slot:,} tokens: one pool of {per_slot:,} if the cache is unified "
+                f"(llama-server's default without -np), {n} × {per_slot:,} = {per_slot * n:,} split if -np "
+                "without --kv-unified (the server does not say which)")
+    return {"n_ctx_per_slot": per_slot, "slots": n, "n_ctx_total": total, "unified": unified,
+            "tokens_held": held, "text": text}
 
 
 def _slot_record(slot: Any) -> dict[str, Any]:
