@@ -17,7 +17,7 @@ Per model:
 Goal: need within 3 % of the measured point. Models: SmolLM2-135M (the default), a tiny
 random-weight Gemma 3 (sliding-window layers), and Gemma 3 270M with ``--gemma3 PATH``.
 
-    python bench/fit_projection.py [--depths 1k,2k] [--deep 4k] [--kv q8_0] [--gemma3 PATH] [--keep DIR]
+    python bench/fit_projection.py [--depths 1k,2k] [--deep 4k] [--kv q8_0] [--gemma3 PATH] [--keep DIR] [--only WORD]
 """
 
 from __future__ import annotations
@@ -125,13 +125,14 @@ def main() -> int:
     ap.add_argument("--kv", default="q8_0")
     ap.add_argument("--gemma3", help="path to gemma-3-270m-q4_k_m.gguf")
     ap.add_argument("--keep", metavar="DIR", help="keep the triangulations' and runs' JSON here")
+    ap.add_argument("--only", metavar="WORD", help="only the models whose name holds WORD (e.g. tiny)")
     args = ap.parse_args()
     load, t0 = OtherLoad(), time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep or tmp)
         folder.mkdir(parents=True, exist_ok=True)
         outcomes = [measure(name, path, args.depths, args.deep, args.kv, folder)
-                    for name, path in models(args.gemma3, Path(tmp))]
+                    for name, path in models(args.gemma3, Path(tmp)) if not args.only or args.only in name]
     other = load.stop()
     print(f"`{command_line(__file__)}` — {machine_line()}; {other.describe()}; {time.monotonic() - t0:.0f} s in all\n")
     print(f"| model | f16 line: touched / allocated, KiB/token | {args.kv} row's basis | non-KV base | beyond the KV "
