@@ -5,8 +5,9 @@
 Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window attention): a
 ``run --fill synthetic`` and a ``run --fill real``, each in a fresh process, alternated, ``--reps``
 times. Compared: decode tok/s at depth (goal: the medians within the repetitions' own spread and
-≤ 3 % apart), touched memory (RSS peak − baseline) and allocated memory (the KV, model and
-compute buffers: goal identical; touched within 1 %), and the time each took.
+≤ 3 % apart), touched memory (the process's RSS peak: goal within 1 %; beside it the peak's rise
+above the run's baseline) and allocated memory (the KV, model and compute buffers: goal
+identical), and the time each took.
 
 Part 2 (``--default-depths``): ``triangulate --depths 16k,32k,65k --fill synthetic`` on SmolLM2:
 the time to the full answer (goal ≤ 5 minutes) and the projection's miss at 65k from the two
@@ -48,6 +49,12 @@ def allocated(run: dict) -> int:
 
 
 def touched(run: dict) -> int:
+    """What the run's process held resident at its peak (the allocated figure's counterpart)."""
+    return run["rss_peak_bytes"]
+
+
+def rise(run: dict) -> int:
+    """How far the peak rose above the run's own baseline (after load, before its prefill)."""
     return run["rss_peak_bytes"] - run["rss_baseline_bytes"]
 
 
@@ -56,13 +63,14 @@ def compare(model: Path, depth: int, reps: int) -> dict:
     for rep in range(reps):
         for fill in (("synthetic", "real") if rep % 2 == 0 else ("real", "synthetic")):
             run, wall = cli("run", "-m", str(model), "--depth", str(depth), "--n-gen", "32", "--fill", fill)
-            rows[fill].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "allocated": allocated(run),
-                               "wall": wall, "fill": run.get("fill")})
+            rows[fill].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "rise": rise(run),
+                               "allocated": allocated(run), "wall": wall, "fill": run.get("fill")})
     out = {}
     for fill, rs in rows.items():
         rates = [r["tok_s"] for r in rs]
         out[fill] = {"tok_s": statistics.median(rates), "spread": (max(rates) - min(rates)) / 2,
                      "touched": statistics.median(r["touched"] for r in rs),
+                     "rise": statistics.median(r["rise"] for r in rs),
                      "allocated": {r["allocated"] for r in rs}, "wall": statistics.median(r["wall"] for r in rs),
                      "modes": {r["fill"] for r in rs}}
     return out
@@ -72,10 +80,11 @@ def report(name: str, depth: int, c: dict) -> None:
     s, r = c["synthetic"], c["real"]
     apart = abs(s["tok_s"] - r["tok_s"]) / r["tok_s"] * 100
     within = abs(s["tok_s"] - r["tok_s"]) <= max(s["spread"], r["spread"])
-    touched_pct = abs(s["touched"] - r["touched"]) / max(r["touched"], 1) * 100
+    touched_pct = abs(s["touched"] - r["touched"]) / max(r["touched"], 1) * 100  # goal ≤ 1 %
     print(f"| {name} | {depth:,} | {s['tok_s']:.1f} ± {s['spread']:.1f} | {r['tok_s']:.1f} ± {r['spread']:.1f} | "
           f"{apart:.1f} % {'(within spread)' if within else '(OUTSIDE spread)'} | "
-          f"{s['touched'] / 2**20:.1f} / {r['touched'] / 2**20:.1f} MiB ({touched_pct:.1f} %) | "
+          f"{s['touched'] / 2**20:.1f} / {r['touched'] / 2**20:.1f} MiB ({touched_pct:.2f} %) | "
+          f"{s['rise'] / 2**20:.2f} / {r['rise'] / 2**20:.2f} MiB | "
           f"{'identical' if s['allocated'] == r['allocated'] and len(s['allocated']) == 1 else 'DIFFER'} | "
           f"{s['wall']:.1f} / {r['wall']:.1f} s | {','.join(sorted(s['modes']))} |", flush=True)
 
@@ -83,7 +92,7 @@ def report(name: str, depth: int, c: dict) -> None:
 def default_depths(model: Path) -> None:
     """The triangulation's own check of its deepest point against the line through the other two."""
     record, wall = cli("triangulate", "-m", str(model), "--depths", "16k,32k,65k", "--fill", "synthetic",
-                       "--n-gen", "32", "--target", "65536")
+                       "--target", "65536")
     fills = ",".join(sorted({r.get("fill", "?") for r in record["runs"]}))
     misses = "; ".join(f"{c['figure']} {c['error_pct']:.2f} % {c['direction']} at n_ctx {c['n_ctx']:,}"
                        for c in record["checks"])

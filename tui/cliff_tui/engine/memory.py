@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import statistics
 import threading
 
@@ -42,6 +44,15 @@ class MemoryTracker:
         with self._lock:
             self.watch = RunWatch(self.kv_on_gpu)
             self.watch.observe(before_load, 0)
+
+    def forget_host_peaks(self, sample: Sample) -> None:
+        """Host memory peaks start again from ``sample``: what a filled cache's writing and loading
+        held for a moment (its chunks, llama.cpp's read buffer) is not the context's memory. GPU
+        peaks are kept: the KV buffers there were allocated whole when the context was created."""
+        with self._lock:
+            self._ram_peak = sample.ram.used_bytes
+            self._swap_peak = sample.swap.used_bytes
+            self._rss_peak = sample.process.total_rss_bytes if sample.process else self._rss_peak
 
     def mark_steady(self) -> None:
         """From now on memory should be flat: keep RSS readings to measure their noise."""
@@ -108,3 +119,15 @@ class MemoryTracker:
 def _raise(peaks: dict[int, int], index: int, value: int | None) -> None:
     if value is not None:
         peaks[index] = max(peaks.get(index, value), value)
+
+
+def return_freed_memory() -> None:
+    """Hand the heap's freed pages back to the system (glibc's ``malloc_trim``; elsewhere
+    nothing): large buffers freed after a fill stay resident otherwise, and would count as RSS."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return
+    if trim is not None:
+        trim(0)

@@ -30,7 +30,7 @@ from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfil
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.llama import Context, LoadedModel, supports_gpu_offload
 from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line, parse_flash_attn
-from cliff_tui.engine.memory import MemoryTracker
+from cliff_tui.engine.memory import MemoryTracker, return_freed_memory
 from cliff_tui.engine.tokens import MINIMAL_PROMPT, prompt_tokens
 from cliff_tui.events import (
     BufferSize, BuffersReported, CliffVerdict, DecodePoint, DecodeWindow, FillMode, GeneratedText, LogLine, ModelInfo,
@@ -273,6 +273,8 @@ class Run:
             context.clear()
             self.publish(Notice(time.time(), f"the KV cache is prefilled for real: {exc}", "warning"))
             return 0, []
+        return_freed_memory()  # the filler is closed: its learned rows and chunks are free
+        self.tracker.forget_host_peaks(self.sampler.sample())
         self.fill = "synthetic"
         return target, points
 
