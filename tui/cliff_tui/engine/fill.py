@@ -346,7 +346,6 @@ class KvFiller:
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
-        self.__dict__.pop("layout", None)  # its learned rows are held no longer than the filler is open
 
     def __enter__(self) -> KvFiller:
         return self

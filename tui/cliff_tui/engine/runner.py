@@ -254,29 +254,34 @@ class Run:
         compute buffers are touched as far as a real prefill touches them); (0, no points) where
         the cache cannot be filled, said in a notice."""
         target = self.settings.depth - tail
-        points: list[DecodePoint] = []
         try:
             why = unfillable_reason(model, self.architecture)
             if why is None and target <= learn_tokens(model):
                 why = f"{self.settings.depth:,} tokens is too shallow to fill"
             if why is not None:
                 raise FillUnavailable(why)
-            self._progress("prefill", 0, force=True)
-            with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir) as filler:
-                for depth in checkpoints:
-                    self._check_cancel()
-                    filler.fill(tokens[:depth])
-                    self._progress("prefill", depth, force=True)
-                    points.append(self._probe(model, context, depth))
-                filler.fill(tokens[:target])
+            points = self._filled_probes(model, context, tokens, checkpoints, target)
         except FillUnavailable as exc:
             context.clear()
             self.publish(Notice(time.time(), f"the KV cache is prefilled for real: {exc}", "warning"))
             return 0, []
-        return_freed_memory()  # the filler is closed: its learned rows and chunks are free
+        return_freed_memory()  # the filler is gone: its learned rows and chunks are free
         self.tracker.forget_host_peaks(self.sampler.sample())
         self.fill = "synthetic"
         return target, points
+
+    def _filled_probes(self, model: LoadedModel, context: Context, tokens: list[int], checkpoints: list[int],
+                       target: int) -> list[DecodePoint]:
+        points: list[DecodePoint] = []
+        self._progress("prefill", 0, force=True)
+        with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir) as filler:
+            for depth in checkpoints:
+                self._check_cancel()
+                filler.fill(tokens[:depth])
+                self._progress("prefill", depth, force=True)
+                points.append(self._probe(model, context, depth))
+            filler.fill(tokens[:target])
+        return points
 
     def _say_filled(self, filled: int, rate: float | None) -> None:
         measured = f" at {rate:,.0f} tok/s" if rate else ""
