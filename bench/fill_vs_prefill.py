@@ -120,9 +120,9 @@ def main() -> None:
     else:
         print(f"Gemma 3 skipped: {why}")
     if not args.no_compare:
-        print("\n| model | depth | filled tok/s | real tok/s | apart | touched filled / real | allocated | "
-              "time filled / real | fill |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
+        print("\n| model | depth | filled tok/s | real tok/s | apart | touched (RSS peak) filled / real | "
+              "its rise above the baseline | allocated | time filled / real | fill |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
                 report(name, depth, compare(model, depth, args.reps))
