@@ -220,6 +220,9 @@ def test_auto_fills_where_a_real_prefill_would_not_fit_the_budget(tiny_model, mo
 
     slow = PrefillProfile(p=1 / tok_s, q=0.0, a=0.001, b=0.0, load_s=0.1)  # a machine this one cannot be
     monkeypatch.setattr(triangulate, "calibrate", lambda *args, **kwargs: slow)
+    deep_calls: list[int] = []
+    monkeypatch.setattr(triangulate, "calibrate_deep",
+                        lambda settings, profile, depth, *args, **kwargs: deep_calls.append(depth) or profile)
     job = TriangulateJob(RunSettings(str(tiny_model), 0, 8), depths=None, target=None, reserve=None,
                          kv_types=[("f16", "f16")], fill=fill_choice)
     notices: list[Notice] = []
@@ -232,3 +235,15 @@ def test_auto_fills_where_a_real_prefill_would_not_fit_the_budget(tiny_model, mo
     assert any("filled synthetically" in n.text for n in notices) == (mode == "synthetic")
     if mode == "synthetic":  # the time it will take, as the real path says its own
         assert any("prefilled: about " in n.text for n in notices)
+    assert deep_calls == ([min(DEFAULT_DEPTHS)] if mode == "synthetic" else [])
+
+
+def test_the_deep_calibration_measures_a_filled_cache_and_only_raises_what_grows(tiny_model):
+    from cliff_tui.engine.worker import calibrate_deep
+
+    shallow = PrefillProfile(p=1e-5, q=0.0, a=1e-5, b=0.0, load_s=0.1)  # faster than any machine
+    deep = calibrate_deep(RunSettings(str(tiny_model), 2048, 8), shallow, 2048, threading.Event())
+    assert (deep.p, deep.a, deep.load_s) == (shallow.p, shallow.a, shallow.load_s)
+    assert deep.q > 0 and deep.b > 0
+    fast = PrefillProfile(p=1e-5, q=1.0, a=1e-5, b=1.0, load_s=0.1)  # slower than any machine: kept
+    assert calibrate_deep(RunSettings(str(tiny_model), 2048, 8), fast, 2048, threading.Event()) == fast

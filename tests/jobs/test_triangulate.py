@@ -139,6 +139,9 @@ def test_a_measured_prefill_refits_what_grows_with_depth():
     refit = calibrated.with_prefill(2_000, 6_000, truth.prefill_seconds(2_000, 6_000))
     assert refit.q == pytest.approx(truth.q) and refit.p == calibrated.p
     assert calibrated.with_prefill(0, 6_000, 1.0).q == calibrated.q  # faster than calibrated: kept
+    slower = calibrated.with_decode(32_000, truth.a + 3e-6 * 32_000)
+    assert slower.b == pytest.approx(3e-6) and slower.a == calibrated.a
+    assert calibrated.with_decode(32_000, 0.001).b == calibrated.b
 
 
 def test_a_point_slower_than_the_calibration_says_the_new_estimate(recorded):

@@ -279,20 +279,23 @@ class KvFiller:
     """Learns the state layout from a real prefill of ``tokens`` in ``context``, then fills that
     context to any depth. Its files live in a temporary folder under ``folder``."""
 
-    def __init__(self, context: Context, tokens: Sequence[int], folder: str | None = None) -> None:
+    def __init__(self, context: Context, tokens: Sequence[int], folder: str | None = None,
+                 call: int | None = None) -> None:
         self.context = context
         self.folder = tempfile.mkdtemp(prefix="cliff-tui-fill-", dir=folder)
         try:
-            self.layout = self._learn(tokens)
+            self.layout = self._learn(tokens, min(call or context.n_ubatch, context.n_ubatch))
         except BaseException:
             self.close()
             raise
 
-    def _learn(self, tokens: Sequence[int]) -> Layout:
+    def _learn(self, tokens: Sequence[int], call: int) -> Layout:
+        """Prefill ``tokens`` for real in calls of at most ``call`` (no longer than the run's own,
+        or the learning would touch more compute buffer than the run), save, and read the layout."""
         context = self.context
         context.clear()
-        for start in range(0, len(tokens), context.n_ubatch):
-            context.decode(tokens[start:start + context.n_ubatch])
+        for start in range(0, len(tokens), call):
+            context.decode(tokens[start:start + call])
         path = os.path.join(self.folder, "learned.bin")
         context.save_state(path, tokens)
         try:

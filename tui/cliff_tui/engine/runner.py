@@ -260,7 +260,7 @@ class Run:
                 why = f"{self.settings.depth:,} tokens is too shallow to fill"
             if why is not None:
                 raise FillUnavailable(why)
-            points = self._filled_probes(model, context, tokens, checkpoints, target)
+            points = self._filled_probes(model, context, tokens, checkpoints, target, tail)
         except FillUnavailable as exc:
             context.clear()
             self.publish(Notice(time.time(), f"the KV cache is prefilled for real: {exc}", "warning"))
@@ -271,10 +271,10 @@ class Run:
         return target, points
 
     def _filled_probes(self, model: LoadedModel, context: Context, tokens: list[int], checkpoints: list[int],
-                       target: int) -> list[DecodePoint]:
+                       target: int, call: int) -> list[DecodePoint]:
         points: list[DecodePoint] = []
         self._progress("prefill", 0, force=True)
-        with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir) as filler:
+        with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir, call) as filler:
             for depth in checkpoints:
                 self._check_cancel()
                 filler.fill(tokens[:depth])

@@ -53,6 +53,13 @@ class PrefillProfile:
         q = 2 * (seconds - self.p * (end - start)) / span
         return dataclasses.replace(self, q=max(self.q, q))
 
+    def with_decode(self, depth: int, seconds_per_token: float) -> PrefillProfile:
+        """The profile with its decode depth term refitted to one measured at ``depth`` (raised,
+        never lowered, as with_prefill: on a CPU decode slows faster than a shallow line says)."""
+        if depth <= 0 or seconds_per_token <= 0:
+            return self
+        return dataclasses.replace(self, b=max(self.b, (seconds_per_token - self.a) / depth))
+
 
 # --- child side -------------------------------------------------------------------------------
 
@@ -103,6 +110,40 @@ def _calibrate_main(settings: RunSettings, tokens: int, chunk: int, conn: Any) -
         model.free()
     except CliffError as exc:
         conn.send(RunFailed(time.time(), "calibration", exc.kind, str(exc)))
+    finally:
+        conn.close()
+
+
+def _calibrate_deep_main(settings: RunSettings, profile: PrefillProfile, depth: int, chunk: int, conn: Any) -> None:
+    """Fill a context to ``depth`` (engine.fill), then time one prefill call of ``chunk`` tokens
+    and a few decode steps there: the shallow calibration's depth terms refitted."""
+    from cliff_tui.errors import CliffError
+    from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfillable_reason
+    from cliff_tui.engine.gguf_meta import read_model_info
+    from cliff_tui.engine.llama import Context, LoadedModel
+    from cliff_tui.engine.runner import resolve_settings
+    from cliff_tui.engine.tokens import prompt_tokens
+
+    try:
+        settings, _ = resolve_settings(settings)
+        model = LoadedModel(settings.model_path, settings.n_gpu_layers)
+        if unfillable_reason(model, read_model_info(settings.model_path).architecture):
+            raise FillUnavailable("")
+        context = Context(model, depth + chunk + 16, settings)
+        ids = prompt_tokens(model, depth, settings.prompt_file).tokens
+        with KvFiller(context, ids[:learn_tokens(model)]) as filler:
+            filler.fill(ids[:depth - chunk])
+        t = time.perf_counter()
+        context.decode(ids[depth - chunk:depth])
+        context.synchronize()
+        prefill_s = (time.perf_counter() - t) / chunk
+        decode_s = _decode_seconds(context, 5)
+        deep = profile.with_prefill(depth - chunk, depth, prefill_s * chunk).with_decode(depth, decode_s)
+        conn.send(deep)
+        context.free()
+        model.free()
+    except (CliffError, FillUnavailable):
+        conn.send(profile)  # the shallow figures stand
     finally:
         conn.close()
 
@@ -174,6 +215,15 @@ def run_in_worker(target: Callable, args: tuple, on_message: Callable[[Any], Non
 def run_point(settings: RunSettings, options: Any, publish: Callable[[Any], None], cancel: threading.Event,
               on_pid: Callable[[int | None], None] | None = None) -> int | None:
     return run_in_worker(_run_point_main, (settings, options), publish, cancel, on_pid)
+
+
+def calibrate_deep(settings: RunSettings, profile: PrefillProfile, depth: int, cancel: threading.Event,
+                   chunk: int = 64, on_pid: Callable[[int | None], None] | None = None) -> PrefillProfile:
+    """``profile`` with its depth terms measured at ``depth`` on a filled cache (it stands where
+    the model cannot be filled or the worker fails)."""
+    found: list[Any] = []
+    run_in_worker(_calibrate_deep_main, (settings, profile, depth, chunk), found.append, cancel, on_pid)
+    return found[0] if found and isinstance(found[0], PrefillProfile) else profile
 
 
 def calibrate(settings: RunSettings, cancel: threading.Event, tokens: int = 2048, chunk: int = 256,

@@ -25,7 +25,7 @@ from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.engine.fill import FillChoice, choose_fill
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.runner import RunOptions, context_size, resolve_settings
-from cliff_tui.engine.worker import PrefillProfile, calibrate, run_point
+from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.events import (
     DecodePoint, FillMode, ModelInfo, Notice, RunFailed, RunFinished, RunResult, RunSettings, TriangulationPlanned,
@@ -195,8 +195,13 @@ class TriangulateJob:
         self.profile = profile
         if reduced and self.fill_choice == "auto":
             self.fill, depths, reduced = "synthetic", list(DEFAULT_DEPTHS), False
+            # what grows with depth, measured where the points will be: a shallow calibration
+            # sees too little of it to say what a filled point's last call and decode will cost
+            self.profile = calibrate_deep(settings, profile, min(depths), cancel, on_pid=on_worker)
+            if cancel.is_set():
+                raise Cancelled("cancelled")
             self.promised_s = len(self.kv_types) * self._estimate(depths)
-            note = _synthetic_note(profile, self.base.n_gen, self.promised_s)
+            note = _synthetic_note(self.profile, self.base.n_gen, self.promised_s)
             publish(Notice(time.time(), note))
         else:
             self.promised_s = len(self.kv_types) * self._estimate(depths)
@@ -254,6 +259,8 @@ class TriangulateJob:
         start, depth = result.started_from_depth, result.depth
         predicted = (depth - start) / max(self.profile.prefill_seconds(start, depth), 1e-9)
         self.profile = self.profile.with_prefill(start, depth, (depth - start) / result.prefill_tok_s)
+        if result.depth_tok_s:
+            self.profile = self.profile.with_decode(depth, 1 / result.depth_tok_s)
         left = self._estimate(remaining, reached=depth) + types_after * self._estimate(self.depths)
         total = time.monotonic() - self._t0 + left
         if total > OVERSHOOT * self.promised_s:
