@@ -20,6 +20,7 @@ from cliff_tui.jobs.triangulate import (
     DEFAULT_DEPTHS, TriangulateJob, estimate_filled_seconds, estimate_seconds, plan_depths,
 )
 from cliff_tui.report import triangulation_output
+from cliff_tui.units import fmt_duration
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -153,10 +154,11 @@ def test_a_point_slower_than_the_calibration_says_the_new_estimate(recorded):
     job.promised_s = estimate_seconds(job.profile, job.depths, job.base.n_gen, chain=True)
     notices: list = []
     on_time = dataclasses.replace(result, depth=2_048, started_from_depth=0, prefill_tok_s=200.0)
-    job._revise_estimate(on_time, job.depths[1:], 0, notices.append)
+    job._revise_estimate(on_time, 10.0, job.depths[1:], 0, notices.append)
     assert notices == []
     slow = dataclasses.replace(on_time, prefill_tok_s=60.0)
-    job._revise_estimate(slow, job.depths[1:], 0, notices.append)
+    job._revise_estimate(slow, 10.0, job.depths[1:], 0, notices.append)
     assert len(notices) == 1 and notices[0].level == "warning"
-    assert "will take about" in notices[0].text and "ran at 60 tok/s where the calibration predicted 200" \
-        in notices[0].text, notices[0].text
+    took = fmt_duration(slow.elapsed_s)
+    assert "will take about" in notices[0].text and f"the 2,048 point took {took} where 10s was expected " \
+        "(prefill 60 tok/s" in notices[0].text, notices[0].text

@@ -26,9 +26,10 @@ CONFIRMING_WINDOWS = 2   # windows at depth beyond the band before the run is: o
 BEND_SLOPE_GROWTH = 2.0  # the deep probes' slope this many times the shallow ones': decode bends up
 LOAD_CORES = 0.3         # other processes' CPU use, in cores, that can slow a decode
 # A triangulation's decode at depth has measured enough once this many windows in a row lie
-# within this share of their median (and none of them paged): more tokens would move no verdict.
+# within this share of their median (and none of them paged): closer than sign 3's amber, so more
+# tokens would move no verdict.
 STEADY_WINDOWS = 3
-STEADY_WINDOW_SPREAD = 0.05
+STEADY_WINDOW_SPREAD = 0.10
 
 # A tier is full when this much of it is in use (VRAM), or this little of it is left (RAM).
 TIER_FULL = 0.98

@@ -42,8 +42,11 @@ POINT_OPTIONS = RunOptions(stop_when_steady=True)
 
 
 def decode_tokens(n_gen: int, options: RunOptions) -> int:
-    """The tokens a point decodes at depth, where its windows settle as they usually do."""
-    return min(n_gen, STEADY_WINDOWS * options.window_tokens) if options.stop_when_steady else n_gen
+    """The tokens a point is expected to decode at depth: where it stops once steady, somewhere
+    between its first steady chance and ``n_gen``, so the middle of the two."""
+    if not options.stop_when_steady:
+        return n_gen
+    return (min(n_gen, STEADY_WINDOWS * options.window_tokens) + n_gen) // 2
 
 
 def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, chain: bool,
@@ -239,6 +242,7 @@ class TriangulateJob:
                 earlier = prior if state_in or self.fill == "synthetic" else ()
                 options = dataclasses.replace(self.options, run_id=f"{k}-{depth}", state_in=state_in,
                                               state_out=state_out, prior_points=earlier, fill=self.fill)
+                expected_s = self._estimate([depth], reached=self.depths[i - 1] if i else 0) if self.profile else None
                 finished = self._point(settings, options, publish, cancel, on_worker)
                 if state_in and os.path.exists(state_in):
                     os.remove(state_in)
@@ -246,28 +250,31 @@ class TriangulateJob:
                 if finished:
                     self.fill = finished.fill  # a point that could not be filled: the rest prefill and chain
                     prior = tuple(p for p in finished.decode_points if p.phase != "baseline")
-                    self._revise_estimate(finished, self.depths[i + 1:], types_after, publish)
+                    self._revise_estimate(finished, expected_s, self.depths[i + 1:], types_after, publish)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def _revise_estimate(self, result: RunResult, remaining: Sequence[int], types_after: int,
-                         publish: Publish) -> None:
-        """Refit the cost model to the prefill just measured; where the whole triangulation will now
-        overshoot what it said, say so with the new estimate."""
+    def _revise_estimate(self, result: RunResult, expected_s: float | None, remaining: Sequence[int],
+                         types_after: int, publish: Publish) -> None:
+        """Refit the cost model to the prefill and decode just measured; where the whole
+        triangulation will now overshoot what it said, say so with the new estimate and the point
+        that slipped."""
         if self.profile is None or self.promised_s is None or not result.prefill_tok_s:
             return
         start, depth = result.started_from_depth, result.depth
-        predicted = (depth - start) / max(self.profile.prefill_seconds(start, depth), 1e-9)
         self.profile = self.profile.with_prefill(start, depth, (depth - start) / result.prefill_tok_s)
         if result.depth_tok_s:
             self.profile = self.profile.with_decode(depth, 1 / result.depth_tok_s)
         left = self._estimate(remaining, reached=depth) + types_after * self._estimate(self.depths)
         total = time.monotonic() - self._t0 + left
         if total > OVERSHOOT * self.promised_s:
+            took = f"the {depth:,} point took {fmt_duration(result.elapsed_s)}"
+            if expected_s:
+                took += f" where {fmt_duration(expected_s)} was expected"
+            decode = f", decode {result.depth_tok_s:.1f} tok/s at depth" if result.depth_tok_s else ""
             publish(Notice(time.time(), f"this triangulation will take about {fmt_duration(total)} in all, not "
-                                        f"{fmt_duration(self.promised_s)}: prefill to {depth:,} ran at "
-                                        f"{result.prefill_tok_s:.0f} tok/s where the calibration predicted "
-                                        f"{predicted:.0f}", "warning"))
+                                        f"{fmt_duration(self.promised_s)}: {took} (prefill "
+                                        f"{result.prefill_tok_s:.0f} tok/s{decode})", "warning"))
             self.promised_s = total  # the next word only if it slips again
 
     def _point(self, settings: RunSettings, options: RunOptions, publish: Publish, cancel: threading.Event,
