@@ -1,14 +1,17 @@
 """The ``memory_sandbox`` fixture: swap and a memory cgroup as root (tests/cgroup_cliff.py), skipped
-with the reason where the machine cannot host them, undone at teardown."""
+with the reason where the machine cannot host them, undone at teardown; ``child_in_cgroup``: a
+child process holding memory inside a cgroup of its own."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 import pytest
 
-from cgroup_cliff import MiB, Sandbox, SwapKind, Unavailable, sandbox
+from cgroup_cliff import Cgroup, MiB, Sandbox, SwapKind, Unavailable, cgroup, require_root, sandbox
 
 MakeSandbox = Callable[..., Sandbox]
 
@@ -25,3 +28,19 @@ def memory_sandbox() -> Iterator[MakeSandbox]:
                 pytest.skip(str(exc))
 
         yield make
+
+
+@contextmanager
+def child_in_cgroup(limit_bytes: int, hold_bytes: int) -> Iterator[tuple[Cgroup, subprocess.Popen]]:
+    """As root: a cgroup limited to ``limit_bytes`` with a child in it holding ``hold_bytes``
+    (skipped where no cgroup can be made); the child is gone and the cgroup removed on exit."""
+    with ExitStack() as stack:
+        try:
+            require_root()
+            made = stack.enter_context(cgroup(limit_bytes))
+        except Unavailable as exc:
+            pytest.skip(str(exc))
+        code = f"x = bytearray({hold_bytes}); print('ready', flush=True); import time; time.sleep(30)"
+        child = made.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "ready"
+        yield made, child

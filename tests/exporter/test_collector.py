@@ -4,9 +4,6 @@ with the labels a dashboard groups by."""
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
-from contextlib import ExitStack
 
 import pytest
 
@@ -200,17 +197,10 @@ def test_the_collector_holds_the_pipeline_still_while_it_reads():
 
 def test_the_followed_processs_real_cgroup_is_the_ram_tier_not_the_exporters():
     """As root: a child in a 96 MiB memory cgroup; the exporter (outside it) exports that limit."""
-    from cgroup_cliff import MiB, Unavailable, cgroup, require_root
+    from cgroup_cliff import MiB
+    from conftest_cgroup import child_in_cgroup
 
-    with ExitStack() as stack:
-        try:
-            require_root()
-            made = stack.enter_context(cgroup(96 * MiB))
-        except Unavailable as exc:
-            pytest.skip(str(exc))
-        code = "x = bytearray(20 * 2**20); print('ready', flush=True); import time; time.sleep(30)"
-        child = made.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-        assert child.stdout.readline().strip() == "ready"
+    with child_in_cgroup(96 * MiB, 20 * MiB) as (made, child):
         session = Session(queued=False)
         session.feed(Sampler(pid=child.pid).sample())
         _, series = scrape_registry(Exporter(session).registry)

@@ -5,9 +5,6 @@ bind-mounted subtree)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -205,17 +202,9 @@ def test_this_process_reads_without_error():
 
 
 def test_real_cgroup_limit_and_usage_of_a_child():
-    from cgroup_cliff import Unavailable, cgroup, require_root
+    from conftest_cgroup import child_in_cgroup
 
-    with ExitStack() as stack:
-        try:
-            require_root()
-            made = stack.enter_context(cgroup(96 * MiB))
-        except Unavailable as exc:
-            pytest.skip(str(exc))
-        code = "x = bytearray(40 * 2**20); print('ready', flush=True); import time; time.sleep(30)"
-        child = made.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-        assert child.stdout.readline().strip() == "ready"
+    with child_in_cgroup(96 * MiB, 40 * MiB) as (made, child):
         r = read_cgroup_memory(child.pid)
         assert (r.limit_bytes, r.limited_by) == (96 * MiB, "/" + made.name)
         assert r.usage_bytes >= 40 * MiB and r.anon_bytes >= 40 * MiB
