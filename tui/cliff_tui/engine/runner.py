@@ -68,6 +68,17 @@ class RunOptions:
     progress_interval: float = 0.25
 
 
+def probe_depths(depth: int, probes: int) -> list[int]:
+    """Where a run to ``depth`` stops its prefill to probe decode speed: evenly spaced."""
+    return [depth * k // (probes + 1) for k in range(1, probes + 1)]
+
+
+def largest_prefill_call(depth: int, probes: int, n_ubatch: int) -> int:
+    """The longest ``llama_decode`` call a real prefill to ``depth`` makes: one ubatch, or less
+    where the probes come closer together."""
+    return min(n_ubatch, depth - max(probe_depths(depth, probes), default=0))
+
+
 def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
     """Check the knobs; returns the settings to use and what was changed, in words."""
     notes: list[str] = []
@@ -204,9 +215,8 @@ class Run:
         if note is not None:
             self.publish(Notice(time.time(), note))
         tokens = prompt.tokens
-        checkpoints = [s.depth * k // (opt.probes + 1) for k in range(1, opt.probes + 1)]
-        # a real prefill's largest call: one ubatch, or less where probes come closer together
-        largest_call = min(context.n_ubatch, s.depth - checkpoints[-1]) if checkpoints else context.n_ubatch
+        checkpoints = probe_depths(s.depth, opt.probes)
+        largest_call = largest_prefill_call(s.depth, opt.probes, context.n_ubatch)
         measured = max((p.depth for p in opt.prior_points), default=0)  # an earlier point probed up to here
         checkpoints = [c for c in checkpoints if c > measured]
         reached, points = 0, []

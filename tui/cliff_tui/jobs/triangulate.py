@@ -24,7 +24,9 @@ from cliff_tui.analysis.thresholds import STEADY_WINDOWS
 from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.engine.fill import FillChoice, choose_fill
 from cliff_tui.engine.gguf_meta import read_model_info
-from cliff_tui.engine.runner import RunOptions, context_size, resolve_settings
+from cliff_tui.engine.runner import (
+    RunOptions, context_size, largest_prefill_call, probe_depths, resolve_settings,
+)
 from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.events import (
@@ -70,7 +72,7 @@ def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_ge
     total = 0.0
     for depth in sorted(depths):
         probed = _probe_depths(depth, reached, options)
-        tail = min(ubatch, depth - max(_probe_depths(depth, 0, options), default=0))
+        tail = largest_prefill_call(depth, options.probes, ubatch)
         total += _point_overhead(profile, depth, n_gen, options)
         total += sum(probed + [depth - tail]) * bytes_per_cell / FILL_BYTES_PER_S
         total += _probe_seconds(profile, depth, reached, options)
@@ -80,8 +82,7 @@ def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_ge
 
 
 def _probe_depths(depth: int, above: int, options: RunOptions) -> list[int]:
-    probes = options.probes
-    return [d for d in (depth * k // (probes + 1) for k in range(1, probes + 1)) if d > above]
+    return [d for d in probe_depths(depth, options.probes) if d > above]
 
 
 def _probe_seconds(profile: PrefillProfile, depth: int, above: int, options: RunOptions) -> float:
