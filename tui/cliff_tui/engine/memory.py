@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import statistics
 import threading
 
@@ -124,10 +123,6 @@ def _raise(peaks: dict[int, int], index: int, value: int | None) -> None:
 def return_freed_memory() -> None:
     """Hand the heap's freed pages back to the system (glibc's ``malloc_trim``; elsewhere
     nothing): large buffers freed after a fill stay resident otherwise, and would count as RSS."""
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        return
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the process's own symbols: no library search
     if trim is not None:
         trim(0)

@@ -128,7 +128,9 @@ def _calibrate_deep_main(settings: RunSettings, profile: PrefillProfile, depth: 
         settings, _ = resolve_settings(settings)
         model = LoadedModel(settings.model_path, settings.n_gpu_layers)
         if unfillable_reason(model, read_model_info(settings.model_path).architecture):
-            raise FillUnavailable("")
+            conn.send(profile)  # no filled cache to measure on: the shallow figures stand
+            model.free()
+            return
         context = Context(model, depth + chunk + 16, settings)
         ids = prompt_tokens(model, depth, settings.prompt_file).tokens
         with KvFiller(context, ids[:learn_tokens(model)]) as filler:
