@@ -1,6 +1,7 @@
 """Does a filled KV cache measure what a prefilled one does? And the default 16k/32k/65k, filled.
 
-    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--default-depths]
+    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--same-context N]
+                                    [--default-depths]
 
 Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window attention): a
 ``run --fill synthetic`` and a ``run --fill real``, each in a fresh process, alternated, ``--reps``
@@ -9,9 +10,13 @@ times. Compared: decode tok/s at depth (goal: the medians within the repetitions
 above the run's baseline) and allocated memory (the KV, model and compute buffers: goal
 identical), and the time each took.
 
-Part 2 (``--default-depths``): ``triangulate --depths 16k,32k,65k --fill synthetic`` on SmolLM2:
-the time to the full answer (goal ≤ 5 minutes) and the projection's miss at 65k from the two
-shallower points (goal ≤ 2 %).
+``--same-context N``: the same decode compared inside one process and one context, N times each,
+alternated, so that what differs between two fresh processes (where the allocator and the
+scheduler put them) does not.
+
+Part 2 (``--default-depths``): ``triangulate`` with no ``--depths`` on SmolLM2, as a user runs it:
+the depths it chose and how it reached them, the time to the full answer, calibrations included
+(goal ≤ 5 minutes), and the projection's miss at 65k from the two shallower points (goal ≤ 2 %).
 """
 
 from __future__ import annotations
@@ -90,15 +95,61 @@ def report(name: str, depth: int, c: dict) -> None:
 
 
 def default_depths(model: Path) -> None:
-    """The triangulation's own check of its deepest point against the line through the other two."""
-    record, wall = cli("triangulate", "-m", str(model), "--depths", "16k,32k,65k", "--fill", "synthetic",
-                       "--target", "65536")
+    """``triangulate`` as a user runs it (no --depths: calibrations, then --fill auto), and its own
+    check of the deepest point against the line through the other two."""
+    record, wall = cli("triangulate", "-m", str(model), "--target", "65536")
     fills = ",".join(sorted({r.get("fill", "?") for r in record["runs"]}))
+    depths = "/".join(f"{r['depth'] // 1000}k" for r in record["runs"])
     misses = "; ".join(f"{c['figure']} {c['error_pct']:.2f} % {c['direction']} at n_ctx {c['n_ctx']:,}"
                        for c in record["checks"])
-    print(f"\nthe default 16k/32k/65k, filled ({fills}): the full answer in {wall / 60:.1f} min (goal ≤ 5); "
-          f"the deepest point against the line through the two shallower: {misses} (goal ≤ 2 %); "
-          f"verdict: {record['verdict']}")
+    print(f"\n`triangulate` with no --depths: {depths}, {fills}; the full answer (calibrations included) in "
+          f"{wall / 60:.1f} min (goal ≤ 5); printed \"{record['plan']['note']}\"; the deepest point against the "
+          f"line through the two shallower: {misses} (goal ≤ 2 %); verdict: {record['verdict']}")
+
+
+def same_context(model: Path, depth: int, reps: int, n_gen: int = 32) -> tuple[list[float], list[float]]:
+    """Decode tok/s at ``depth`` in one process and one context, the cache reaching depth by real
+    prefill and by filling in turn (the same last call prefilled on top of both): what the fill
+    changes, without what differs between two processes."""
+    from cliff_tui.engine.fill import KvFiller, learn_tokens
+    from cliff_tui.engine.llama import Context, LoadedModel
+    from cliff_tui.engine.runner import context_size, largest_prefill_call, resolve_settings
+    from cliff_tui.engine.tokens import prompt_tokens
+    from cliff_tui.events import RunSettings
+
+    settings, _ = resolve_settings(RunSettings(str(model), depth, n_gen))
+    loaded = LoadedModel(settings.model_path, settings.n_gpu_layers)
+    context = Context(loaded, context_size(settings), settings)
+    tokens = prompt_tokens(loaded, depth, None).tokens
+    tail = largest_prefill_call(depth, 7, context.n_ubatch)
+    rates: dict[str, list[float]] = {"synthetic": [], "real": []}
+
+    def decode_rate() -> float:
+        per_token = [dt for _, dt in context.timed_greedy_decode(n_gen)][1:]
+        return 1 / statistics.median(per_token)
+
+    def prefill(start: int) -> None:
+        for at in range(start, depth, tail):
+            context.decode(tokens[at:min(depth, at + tail)])
+
+    with KvFiller(context, tokens[:learn_tokens(loaded)], None, tail) as filler:
+        for rep in range(reps):
+            for fill in (("synthetic", "real") if rep % 2 == 0 else ("real", "synthetic")):
+                context.clear()
+                if fill == "synthetic":
+                    filler.fill(tokens[:depth - tail])
+                prefill(depth - tail if fill == "synthetic" else 0)
+                rates[fill].append(decode_rate())
+    context.free()
+    loaded.free()
+    return rates["synthetic"], rates["real"]
+
+
+def report_same_context(name: str, depth: int, filled: list[float], real: list[float]) -> None:
+    f, r = statistics.median(filled), statistics.median(real)
+    spread = max(max(filled) - min(filled), max(real) - min(real)) / 2
+    print(f"| {name} | {depth:,} | {f:.1f} | {r:.1f} | {(f - r) / r * 100:+.1f} % | ± {spread:.1f} | "
+          f"{len(filled)} + {len(real)} |", flush=True)
 
 
 def main() -> None:
@@ -108,7 +159,9 @@ def main() -> None:
     ap.add_argument("--gemma3", help="Gemma 3 270M GGUF (else the installed package or none)")
     ap.add_argument("--default-depths", "--seed-depths", action="store_true", dest="default_depths",
                     help="also triangulate the default 16k/32k/65k, filled")
-    ap.add_argument("--no-compare", action="store_true", help="only the default depths")
+    ap.add_argument("--no-compare", action="store_true", help="only the default depths (and --same-context)")
+    ap.add_argument("--same-context", type=int, default=0, metavar="N",
+                    help="also N alternations of filled and real in one process and context per depth")
     args = ap.parse_args()
     print(machine_line())
     print(command_line(__file__))
@@ -126,6 +179,12 @@ def main() -> None:
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
                 report(name, depth, compare(model, depth, args.reps))
+    if args.same_context:
+        print("\n| model | depth | filled tok/s (one context) | real tok/s | filled vs real | spread | runs |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for name, model in models:
+            for depth in (parse_tokens(d) for d in args.depths.split(",")):
+                report_same_context(name, depth, *same_context(model, depth, args.same_context))
     if args.default_depths:
         default_depths(models[0][1])
     print("\n" + load.stop().describe())

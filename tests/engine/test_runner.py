@@ -12,7 +12,9 @@ import pytest
 
 from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
 from cliff_tui.engine.llama_log import parse_buffer_line, parse_flash_attn
-from cliff_tui.engine.runner import Run, context_size, resolve_settings
+from cliff_tui.engine.runner import (
+    MIN_WINDOW_TOKENS, Run, RunOptions, context_size, probe_depths, resolve_settings, window_length,
+)
 from cliff_tui.events import BufferSize, DecodeWindow, Notice, RunFailed, RunFinished, RunProgress, RunSettings
 
 
@@ -66,6 +68,34 @@ def test_tiny_model_run_measures_everything(tiny_model):
     assert {RunProgress, DecodeWindow, RunFinished} <= kinds
     phases = [e.phase for e in events if isinstance(e, RunProgress)]
     assert phases[0] == "load" and "prefill" in phases and phases[-1] == "done"
+
+
+def test_probes_leave_out_what_an_earlier_run_measured():
+    assert probe_depths(65_000, 7) == [8125, 16250, 24375, 32500, 40625, 48750, 56875]
+    # an earlier point decoded up to 32,056: 32,500 is within half a step of it
+    assert probe_depths(65_000, 7, measured=32_056) == [40625, 48750, 56875]
+    assert probe_depths(65_000, 7, measured=28_000) == [32500, 40625, 48750, 56875]
+
+
+def test_a_window_closes_after_its_tokens_or_its_seconds():
+    options = RunOptions(window_tokens=8, window_seconds=4.0)
+    assert window_length(8, 0.01, options) == 8
+    assert window_length(8, 0.7, options) == 6
+    assert window_length(8, 2.0, options) == MIN_WINDOW_TOKENS  # never fewer, however slow
+    assert window_length(6, 0.5, options) == 6
+
+
+@pytest.mark.parametrize("seconds, tokens", [(1e-6, MIN_WINDOW_TOKENS), (60.0, 8)])
+def test_slow_tokens_close_windows_and_probes_sooner(tiny_model, seconds, tokens):
+    events = []
+    options = RunOptions(window_seconds=seconds)
+    result = Run(RunSettings(str(tiny_model), 256, 24), events.append, options=options).execute()
+    depth = [e for e in events if isinstance(e, DecodeWindow) and e.phase == "depth"]
+    probes = [p for p in result.decode_points if p.phase == "probe"]
+    assert [w.n_tokens for w in depth] == [tokens] * (24 // tokens)
+    assert {p.n_tokens for p in probes} == {min(tokens, options.probe_tokens)}
+    points = [p for p in result.decode_points if p.phase == "depth"]
+    assert [p.depth for p in points] == [256 + k * tokens for k in range(len(points))]
 
 
 def test_quantised_cache_needs_and_gets_flash_attention(tiny_model):

@@ -119,8 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     tri.add_argument("--depths", type=_token_list, metavar="LIST",
                      help="comma-separated depths, k = 1000 (default 16k,32k,65k, reduced to fit --budget)")
     tri.add_argument("--n-gen", type=_tokens, default=64, metavar="N",
-                     help="tokens to generate at each depth at most: decode stops once three windows of 8 "
-                          "agree within 5 %%")
+                     help="tokens to generate at each depth at most: decode stops once three windows (8 "
+                          "tokens, or 4 s where tokens are slow) agree within 10 %%")
     tri.add_argument("--target", type=_tokens, metavar="N", help="context to project to (default: trained ctx)")
     tri.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free on the cliff tier (e.g. 1GiB)")
     tri.add_argument("--compare-kv", metavar="TYPES", help="repeat per KV cache type, e.g. f16,q8_0")

@@ -43,6 +43,7 @@ from cliff_tui.units import fmt_bytes
 
 Publish = Callable[[object], None]
 QUANTISED = {t for t in CACHE_TYPE_BYTES if t.startswith(("q", "iq"))}
+MIN_WINDOW_TOKENS = 3
 
 
 @dataclass
@@ -52,6 +53,9 @@ class RunOptions:
     probe_tokens: int = 6
     baseline_tokens: int = 32
     window_tokens: int = 8
+    # deep on a CPU a token can take seconds: a window (a probe too) then closes after this long
+    # once it holds MIN_WINDOW_TOKENS, so the screen, sign 3 and the steady check keep moving
+    window_seconds: float = 4.0
     state_in: str | None = None
     state_out: str | None = None
     # Decode points measured by earlier runs of the same model and settings (a chained
@@ -68,15 +72,34 @@ class RunOptions:
     progress_interval: float = 0.25
 
 
-def probe_depths(depth: int, probes: int) -> list[int]:
-    """Where a run to ``depth`` stops its prefill to probe decode speed: evenly spaced."""
-    return [depth * k // (probes + 1) for k in range(1, probes + 1)]
+def probe_depths(depth: int, probes: int, measured: int = 0) -> list[int]:
+    """Where a run to ``depth`` stops its prefill to probe decode speed: evenly spaced, leaving
+    out those within half a step of ``measured`` or shallower (what earlier runs measured)."""
+    step = depth / (probes + 1)
+    return [d for d in (depth * k // (probes + 1) for k in range(1, probes + 1)) if d > measured + step / 2]
 
 
 def largest_prefill_call(depth: int, probes: int, n_ubatch: int) -> int:
     """The longest ``llama_decode`` call a real prefill to ``depth`` makes: one ubatch, or less
     where the probes come closer together."""
     return min(n_ubatch, depth - max(probe_depths(depth, probes), default=0))
+
+
+def window_closes(n_tokens: int, seconds: float, limit: int, options: RunOptions) -> bool:
+    """Whether a decode window of ``n_tokens`` that took ``seconds`` is complete: ``limit`` tokens,
+    or ``options.window_seconds`` once it holds MIN_WINDOW_TOKENS."""
+    return n_tokens >= limit or (n_tokens >= MIN_WINDOW_TOKENS and seconds >= options.window_seconds)
+
+
+def window_length(limit: int, token_s: float, options: RunOptions) -> int:
+    """The tokens a window holds where each takes ``token_s`` seconds."""
+    return next((n for n in range(1, limit) if window_closes(n, n * token_s, limit, options)), limit)
+
+
+@dataclass
+class _Window:
+    durations: list[float]
+    major_faults: int | None
 
 
 def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
@@ -204,7 +227,7 @@ class Run:
         prompt = model.tokenize(MINIMAL_PROMPT, add_bos=True)
         context.decode(prompt)
         n = min(self.options.baseline_tokens, max(2, self.settings.n_gen))
-        durations, _ = self._generate(model, context, n, "baseline", emit_text=False)
+        durations = _joined(self._generate(model, context, n, "baseline", emit_text=False))
         rate = _steady_rate(durations)
         return rate, DecodePoint(depth=len(prompt), ms_per_token=1000 / rate, n_tokens=n, phase="baseline")
 
@@ -215,10 +238,9 @@ class Run:
         if note is not None:
             self.publish(Notice(time.time(), note))
         tokens = prompt.tokens
-        checkpoints = probe_depths(s.depth, opt.probes)
-        largest_call = largest_prefill_call(s.depth, opt.probes, context.n_ubatch)
         measured = max((p.depth for p in opt.prior_points), default=0)  # an earlier point probed up to here
-        checkpoints = [c for c in checkpoints if c > measured]
+        checkpoints = probe_depths(s.depth, opt.probes, measured)
+        largest_call = largest_prefill_call(s.depth, opt.probes, context.n_ubatch)
         reached, points = 0, []
         if opt.state_in:
             reached = min(context.load_state(opt.state_in), s.depth)
@@ -299,59 +321,62 @@ class Run:
                                          f"{self.settings.depth - filled:,} tokens{measured}"))
 
     def _probe(self, model: LoadedModel, context: Context, depth: int) -> DecodePoint:
-        durations, faults = self._generate(model, context, self.options.probe_tokens, "probe", emit_text=False)
+        window, = self._generate(model, context, self.options.probe_tokens, "probe", emit_text=False,
+                                 limit=self.options.probe_tokens, one_window=True)
         context.truncate(depth)
-        return DecodePoint(depth=depth, ms_per_token=_window_ms(durations), n_tokens=len(durations), phase="probe",
-                           major_faults=_total(faults))
+        return DecodePoint(depth=depth, ms_per_token=_window_ms(window.durations), n_tokens=len(window.durations),
+                           phase="probe", major_faults=window.major_faults)
 
     def _decode_at_depth(self, model: LoadedModel, context: Context) -> tuple[float | None, list[DecodePoint]]:
         self._progress("decode", self.settings.depth, force=True)
-        durations, faults = self._generate(model, context, self.settings.n_gen, "depth", emit_text=True,
-                                           until_steady=self.options.stop_when_steady)
-        w = self.options.window_tokens
-        points = [DecodePoint(depth=self.settings.depth + i, ms_per_token=_window_ms(durations[i:i + w]),
-                              n_tokens=len(durations[i:i + w]), phase="depth", major_faults=window_faults)
-                  for i, window_faults in zip(range(0, len(durations), w), faults)]
-        return _steady_rate(durations), points
+        windows = self._generate(model, context, self.settings.n_gen, "depth", emit_text=True,
+                                 until_steady=self.options.stop_when_steady)
+        points, depth = [], self.settings.depth
+        for window in windows:
+            points.append(DecodePoint(depth=depth, ms_per_token=_window_ms(window.durations),
+                                      n_tokens=len(window.durations), phase="depth", major_faults=window.major_faults))
+            depth += len(window.durations)
+        return _steady_rate(_joined(windows)), points
 
     def _generate(self, model: LoadedModel, context: Context, n: int, phase: str, emit_text: bool,
-                  until_steady: bool = False) -> tuple[list[float], list[int | None]]:
-        """Greedy decode of ``n`` tokens (fewer once the windows are steady, ``until_steady``), one
-        ``llama_decode`` each: per-token wall seconds, and the pages this process read back during
-        each window of them."""
-        windows: list[tuple[float, float | None]] = []
-        durations: list[float] = []
-        faults: list[int | None] = []
+                  limit: int | None = None, one_window: bool = False, until_steady: bool = False) -> list[_Window]:
+        """Greedy decode of ``n`` tokens, one ``llama_decode`` each, in windows of at most ``limit``
+        tokens (window_closes); fewer tokens once the first window closes (``one_window``) or once
+        the windows are steady (``until_steady``). Returns each window's per-token wall seconds and
+        the pages this process read back during it."""
+        limit = limit or self.options.window_tokens
+        windows: list[_Window] = []
+        rates: list[tuple[float, float | None]] = []
         window: list[float] = []
         text: list[str] = []
         start_depth = context.used_cells()
         self._check_cancel()
         faults_before = read_major_faults(os.getpid())
         for i, (token, dt) in enumerate(context.timed_greedy_decode(n)):
-            durations.append(dt)
             window.append(dt)
             if emit_text:
                 text.append(model.piece(token))
-            if len(window) == self.options.window_tokens or i == n - 1:
+            if window_closes(len(window), sum(window), limit, self.options) or i == n - 1:
                 rate, spread = window_rate(window)
                 faults_now = read_major_faults(os.getpid())
-                faults.append(None if faults_now is None or faults_before is None else faults_now - faults_before)
+                faults = None if faults_now is None or faults_before is None else faults_now - faults_before
                 faults_before = faults_now
+                windows.append(_Window(window, faults))
                 decoded = DecodeWindow(time.time(), self.run_id, phase, start_depth + i + 1 - len(window),
-                                       len(window), rate, spread, faults[-1])
+                                       len(window), rate, spread, faults)
                 self.tracker.watch.decoded(decoded)
                 self.publish(decoded)
                 if text:
                     self.publish(GeneratedText(time.time(), self.run_id, "".join(text)))
+                rates.append((rate, None if faults is None else faults / decoded.n_tokens))
                 window, text = [], []
-                windows.append((rate, None if faults[-1] is None else faults[-1] / decoded.n_tokens))
                 if phase == "depth":
                     self._progress("decode", start_depth + i + 1, eta_s=(n - i - 1) / rate if rate else None)
-                if until_steady and steady(windows):
+                if one_window or (until_steady and steady(rates)):
                     break
             if i < n - 1:
                 self._check_cancel()
-        return durations, faults
+        return windows
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -415,8 +440,8 @@ class Run:
         )
 
 
-def _total(counts: list[int | None]) -> int | None:
-    return None if not counts or None in counts else sum(c for c in counts if c is not None)
+def _joined(windows: list[_Window]) -> list[float]:
+    return [dt for window in windows for dt in window.durations]
 
 
 def _window_ms(durations: list[float]) -> float:

@@ -25,7 +25,7 @@ from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.engine.fill import FillChoice, choose_fill
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.runner import (
-    RunOptions, context_size, largest_prefill_call, probe_depths, resolve_settings,
+    RunOptions, context_size, largest_prefill_call, probe_depths, resolve_settings, window_length,
 )
 from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
 from cliff_tui.jobs import OnWorker, Outcome, Publish
@@ -43,12 +43,12 @@ FILL_BYTES_PER_S = 400 * MiB  # writing a filled state and loading it back, as m
 POINT_OPTIONS = RunOptions(stop_when_steady=True)
 
 
-def decode_tokens(n_gen: int, options: RunOptions) -> int:
-    """The tokens a point is expected to decode at depth: where it stops once steady, somewhere
-    between its first steady chance and ``n_gen``, so the middle of the two."""
+def decode_tokens(n_gen: int, options: RunOptions, token_s: float) -> int:
+    """The tokens a point is expected to decode at depth where each takes ``token_s``: it stops
+    once steady, most often a window after its first chance (the first window pays for warm-up)."""
     if not options.stop_when_steady:
         return n_gen
-    return (min(n_gen, STEADY_WINDOWS * options.window_tokens) + n_gen) // 2
+    return min(n_gen, (STEADY_WINDOWS + 1) * window_length(options.window_tokens, token_s, options))
 
 
 def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, chain: bool,
@@ -71,7 +71,7 @@ def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_ge
     and the depth itself written and loaded, the probes, and one call of real prefill at depth."""
     total = 0.0
     for depth in sorted(depths):
-        probed = _probe_depths(depth, reached, options)
+        probed = probe_depths(depth, options.probes, reached)
         tail = largest_prefill_call(depth, options.probes, ubatch)
         total += _point_overhead(profile, depth, n_gen, options)
         total += sum(probed + [depth - tail]) * bytes_per_cell / FILL_BYTES_PER_S
@@ -81,18 +81,18 @@ def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_ge
     return total
 
 
-def _probe_depths(depth: int, above: int, options: RunOptions) -> list[int]:
-    return [d for d in probe_depths(depth, options.probes) if d > above]
-
-
 def _probe_seconds(profile: PrefillProfile, depth: int, above: int, options: RunOptions) -> float:
-    return sum(profile.decode_seconds(d, options.probe_tokens) for d in _probe_depths(depth, above, options))
+    total = 0.0
+    for d in probe_depths(depth, options.probes, above):
+        token_s = profile.decode_seconds(d, 1)
+        total += window_length(options.probe_tokens, token_s, options) * token_s
+    return total
 
 
 def _point_overhead(profile: PrefillProfile, depth: int, n_gen: int, options: RunOptions) -> float:
     """Load, baseline and the decode at depth: what every point costs however it reaches depth."""
     return (profile.load_s + profile.decode_seconds(0, options.baseline_tokens)
-            + profile.decode_seconds(depth, decode_tokens(n_gen, options)))
+            + profile.decode_seconds(depth, decode_tokens(n_gen, options, profile.decode_seconds(depth, 1))))
 
 
 def fit_depths(profile: PrefillProfile, budget_s: float, n_gen: int, shape: Sequence[int] = DEFAULT_DEPTHS) -> list[int]:
