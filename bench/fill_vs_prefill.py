@@ -63,11 +63,11 @@ def rise(run: dict) -> int:
     return run["rss_peak_bytes"] - run["rss_baseline_bytes"]
 
 
-def compare(model: Path, depth: int, reps: int) -> dict:
+def compare(model: Path, depth: int, reps: int, n_gen: int) -> dict:
     rows: dict[str, list[dict]] = {"synthetic": [], "real": []}
     for rep in range(reps):
         for fill in (("synthetic", "real") if rep % 2 == 0 else ("real", "synthetic")):
-            run, wall = cli("run", "-m", str(model), "--depth", str(depth), "--n-gen", "32", "--fill", fill)
+            run, wall = cli("run", "-m", str(model), "--depth", str(depth), "--n-gen", str(n_gen), "--fill", fill)
             rows[fill].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "rise": rise(run),
                                "allocated": allocated(run), "wall": wall, "fill": run.get("fill")})
     out = {}
@@ -156,6 +156,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--depths", default="1k,2k,4k")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--n-gen", type=int, default=32, help="tokens decoded at depth in each run (default 32)")
     ap.add_argument("--gemma3", help="Gemma 3 270M GGUF (else the installed package or none)")
     ap.add_argument("--default-depths", "--seed-depths", action="store_true", dest="default_depths",
                     help="also triangulate the default 16k/32k/65k, filled")
@@ -178,13 +179,13 @@ def main() -> None:
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
-                report(name, depth, compare(model, depth, args.reps))
+                report(name, depth, compare(model, depth, args.reps, args.n_gen))
     if args.same_context:
         print("\n| model | depth | filled tok/s (one context) | real tok/s | filled vs real | spread | runs |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
-                report_same_context(name, depth, *same_context(model, depth, args.same_context))
+                report_same_context(name, depth, *same_context(model, depth, args.same_context, args.n_gen))
     if args.default_depths:
         default_depths(models[0][1])
     print("\n" + load.stop().describe())

@@ -68,15 +68,16 @@ def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int,
 def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, bytes_per_cell: float,
                             ubatch: int, options: RunOptions = POINT_OPTIONS, reached: int = 0) -> float:
     """Wall time of a filled triangulation: per point, each probe depth above the last point's
-    and the depth itself written and loaded, the probes, and one call of real prefill at depth."""
+    and the depth itself written, loaded and checked with a decode, the probes, and one call of
+    real prefill at depth."""
     total = 0.0
     for depth in sorted(depths):
-        probed = probe_depths(depth, options.probes, reached)
-        tail = largest_prefill_call(depth, options.probes, ubatch)
+        tail_from = depth - largest_prefill_call(depth, options.probes, ubatch)
+        filled = [*probe_depths(depth, options.probes, reached), tail_from]
         total += _point_overhead(profile, depth, n_gen, options)
-        total += sum(probed + [depth - tail]) * bytes_per_cell / FILL_BYTES_PER_S
+        total += sum(d * bytes_per_cell / FILL_BYTES_PER_S + profile.decode_seconds(d, 1) for d in filled)
         total += _probe_seconds(profile, depth, reached, options)
-        total += profile.prefill_seconds(depth - tail, depth)
+        total += profile.prefill_seconds(tail_from, depth)
         reached = depth
     return total
 
