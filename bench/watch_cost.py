@@ -120,13 +120,27 @@ def first_frame_s(argv: list[str], env: dict[str, str], marker: bytes, timeout_s
         os.close(term.master)
 
 
+ONE_WIDGET_APP = """
+from textual.app import App
+from textual.widgets import Static
+
+class OneWidget(App):
+    def compose(self):
+        yield Static("RAM")
+
+OneWidget().run()
+"""
+
+
 def first_frames(cliff: str, btop: str | None, env: dict[str, str], reps: int) -> None:
-    """The first frame of each tool, alternated, ``reps`` times: medians, and their ratio."""
+    """The first frame of each tool, alternated, ``reps`` times: medians. Beside them a Textual
+    app of one widget: the floor of any Textual screen on this machine."""
     import statistics
 
-    times: dict[str, list[float]] = {"cliff-tui watch": [], "btop": []}
+    times: dict[str, list[float]] = {"cliff-tui watch": [], "btop": [], "a one-widget Textual app": []}
     for _ in range(reps):
         times["cliff-tui watch"].append(first_frame_s([cliff, "watch", "-i", "0.25"], env, b"RAM"))
+        times["a one-widget Textual app"].append(first_frame_s([sys.executable, "-c", ONE_WIDGET_APP], env, b"RAM"))
         if btop is not None:
             times["btop"].append(first_frame_s([btop, "--utf-force"], btop_env(env), b"mem"))
     for name, values in times.items():
