@@ -99,7 +99,12 @@ def window_length(limit: int, token_s: float, options: RunOptions) -> int:
 @dataclass
 class _Window:
     durations: list[float]
+    rate: float
     major_faults: int | None
+
+    @property
+    def faults_per_token(self) -> float | None:
+        return None if self.major_faults is None else self.major_faults / len(self.durations)
 
 
 def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
@@ -346,7 +351,6 @@ class Run:
         the pages this process read back during it."""
         limit = limit or self.options.window_tokens
         windows: list[_Window] = []
-        rates: list[tuple[float, float | None]] = []
         window: list[float] = []
         text: list[str] = []
         start_depth = context.used_cells()
@@ -361,18 +365,17 @@ class Run:
                 faults_now = read_major_faults(os.getpid())
                 faults = None if faults_now is None or faults_before is None else faults_now - faults_before
                 faults_before = faults_now
-                windows.append(_Window(window, faults))
+                windows.append(_Window(window, rate, faults))
                 decoded = DecodeWindow(time.time(), self.run_id, phase, start_depth + i + 1 - len(window),
                                        len(window), rate, spread, faults)
                 self.tracker.watch.decoded(decoded)
                 self.publish(decoded)
                 if text:
                     self.publish(GeneratedText(time.time(), self.run_id, "".join(text)))
-                rates.append((rate, None if faults is None else faults / decoded.n_tokens))
                 window, text = [], []
                 if phase == "depth":
                     self._progress("decode", start_depth + i + 1, eta_s=(n - i - 1) / rate if rate else None)
-                if one_window or (until_steady and steady(rates)):
+                if one_window or (until_steady and steady([(w.rate, w.faults_per_token) for w in windows])):
                     break
             if i < n - 1:
                 self._check_cancel()
