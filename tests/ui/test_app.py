@@ -261,6 +261,19 @@ async def test_no_color_keeps_every_state_readable(monkeypatch):
 TRIANGULATION = os.path.join(os.path.dirname(__file__), "..", "data", "smollm2_triangulation.jsonl")
 
 
+async def settled(pilot, step_s: float = 0.3, tries: int = 20) -> None:
+    """Wait until two frames a few ticks apart are the same picture: on a loaded machine the
+    layout can still be moving when the app first goes idle."""
+    before = pilot.app.export_screenshot()
+    for _ in range(tries):
+        await pilot.pause(step_s)
+        now = pilot.app.export_screenshot()
+        if now == before:
+            return
+        before = now
+    raise AssertionError(f"the screen was still changing after {tries * step_s:.0f} s")
+
+
 async def replay_to_the_end(pilot, settle_s: float = 0.3) -> None:
     """Play a replay, jump to its end (it pauses there), and let the screen settle."""
     await pilot.press("space", "end")

@@ -12,7 +12,7 @@ from cliff_tui.recording import demo
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.session import Session
 from cliff_tui.ui.app import CliffApp
-from ui.test_app import replay_to_the_end
+from ui.test_app import replay_to_the_end, settled
 
 DATA = Path(__file__).parents[1] / "data"
 TRIANGULATION = DATA / "smollm2_triangulation.jsonl"
@@ -20,12 +20,12 @@ TRIANGULATION = DATA / "smollm2_triangulation.jsonl"
 
 def test_watch_cpu_only_at_80x24(snap_compare):
     app = CliffApp("watch", Session(preload=demo.cpu_watch()))
-    assert snap_compare(app, terminal_size=(80, 24))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=settled)
 
 
 def test_gpu_cliff_run_at_120x40(snap_compare):
     app = CliffApp("run", Session(preload=demo.gpu_cliff_run()))
-    assert snap_compare(app, terminal_size=(120, 40))
+    assert snap_compare(app, terminal_size=(120, 40), run_before=settled)
 
 
 def test_triangulation_pane_beside_the_tiers_at_200x50(snap_compare):
