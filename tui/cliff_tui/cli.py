@@ -15,7 +15,7 @@ from typing import Sequence
 from cliff_tui import __version__
 from cliff_tui.errors import BadInput, CliffError
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
-from cliff_tui.report import FORMATS
+from cliff_tui.formats import FORMATS
 from cliff_tui.text import inert
 from cliff_tui.units import fmt_bytes, parse_size, parse_tokens
 
@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", help="a recording as csv, json or md tables")
     export.add_argument("file")
-    export.add_argument("-o", "--output", choices=("csv", "json", "md", "jsonl"), default="md",
+    export.add_argument("-o", "--output", choices=FORMATS, default="md",
                         help="md (default), csv, json, or jsonl: the recording itself (with --redact, to share)")
     export.add_argument("--table", choices=("samples", "runs", "alerts"), default="samples",
                         help="which table -o csv prints (default samples)")
@@ -231,17 +231,19 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from cliff_tui.headless import Headless, watch_line
     from cliff_tui.probes.sampler import Sampler
-    from cliff_tui.report import sample_record
 
     sampler = Sampler(pid=args.pid)
+    if not args.once and not args.headless:
+        return _tui(args, _session(args, sampler=sampler))
+    from cliff_tui.headless import Headless, watch_line
+
     if args.once:
+        from cliff_tui.report import sample_record
+
         sample = sampler.sample()
         print(json.dumps(sample_record(sample), indent=2) if args.json else watch_line(sample))
         return 0
-    if not args.headless:
-        return _tui(args, _session(args, sampler=sampler))
     Headless(_session(args, sampler=sampler, queued=False)).watch(sys.stdout, args.json)
     return 0
 
@@ -430,6 +432,7 @@ def _run_headless(session) -> str:
 
 
 def _tui(args: argparse.Namespace, session) -> int:
+    session.start_sampling()  # the first sample is taken while the screen's code loads
     from cliff_tui.ui.app import CliffApp
 
     app = CliffApp(args.command, session, record_text=getattr(args, "record_text", False),

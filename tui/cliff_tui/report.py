@@ -23,8 +23,6 @@ from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import inert, inert_tree
 from cliff_tui.units import KiB, fmt_bytes, fmt_pct, fmt_tok_s
 
-FORMATS = ("md", "csv", "json", "jsonl")
-
 
 # --- records ----------------------------------------------------------------------------------
 

@@ -103,12 +103,17 @@ class Session:
         """Feed the preloaded events, start sampling, and start the replay clock."""
         self.feed_all(self._preload)
         self._preload = []
+        self.start_sampling()
+        if self.player is not None:
+            self.feed_all(self.player.start(time.monotonic() if now is None else now))
+
+    def start_sampling(self) -> None:
+        """Start the sampler thread (once): a front end calls it before it loads its own code, so
+        that the first sample is waiting when the first frame is drawn."""
         if self.sampler is not None and self._sampler_thread is None:
             from cliff_tui.probes.sampler import SamplerThread
 
             self._sampler_thread = SamplerThread(self.sampler, self.bus.publish, self.interval).start()
-        if self.player is not None:
-            self.feed_all(self.player.start(time.monotonic() if now is None else now))
 
     def stop(self) -> None:
         """Cancel the job, stop sampling, close the recording (what was written stays readable)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import statistics
 import threading
 
@@ -118,11 +117,3 @@ class MemoryTracker:
 def _raise(peaks: dict[int, int], index: int, value: int | None) -> None:
     if value is not None:
         peaks[index] = max(peaks.get(index, value), value)
-
-
-def return_freed_memory() -> None:
-    """Hand the heap's freed pages back to the system (glibc's ``malloc_trim``; elsewhere
-    nothing): large buffers freed after a fill stay resident otherwise, and would count as RSS."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the process's own symbols: no library search
-    if trim is not None:
-        trim(0)

@@ -30,8 +30,9 @@ from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfil
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.llama import Context, LoadedModel, supports_gpu_offload
 from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line, parse_flash_attn
-from cliff_tui.engine.memory import MemoryTracker, return_freed_memory
+from cliff_tui.engine.memory import MemoryTracker
 from cliff_tui.engine.tokens import MINIMAL_PROMPT, prompt_tokens
+from cliff_tui.heap import return_freed_memory
 from cliff_tui.events import (
     BufferSize, BuffersReported, CliffVerdict, DecodePoint, DecodeWindow, FillMode, GeneratedText, LogLine, ModelInfo,
     Notice, RunFailed, RunFinished, RunProgress, RunResult, RunSettings, RunStarted,

@@ -25,14 +25,15 @@ from textual.worker import Worker, WorkerState
 
 from cliff_tui.errors import CliffError
 from cliff_tui.events import Alert
+from cliff_tui.heap import return_freed_memory
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.session import Session
 from cliff_tui.text import inert
-from cliff_tui.ui import projection as projection_view
 from cliff_tui.ui import render
 from cliff_tui.ui.widgets import LineView, PanelView
 
-# The modal screens are imported where they are first used: a replay starts that much sooner.
+# The modal screens and the projection pane (with the report behind it) are imported where they
+# are first used: the first frame of `watch` comes that much sooner.
 
 NO_VRAM = "novram"  # the key of the dashboard's one wrapped text line, not a tier
 WIDE = 150  # columns from which the projection pane sits beside the tiers
@@ -101,7 +102,9 @@ class CliffApp(App):
             self._run_job()
         self.set_interval(min(self.session.interval, 0.25), self._tick)
         self._layout_for(self.size)
+        self.session.drain()  # a sample taken while the app loaded is in the first frame
         await self._rebuild_panels(self._wanted_panel_ids())  # the first frame without a round trip
+        self.set_timer(1.0, return_freed_memory)  # start-up's freed pages, once the first frame is up
 
     def on_resize(self, event: Any) -> None:
         self._layout_for(event.size)
@@ -242,6 +245,8 @@ class CliffApp(App):
         self._draw()
 
     def _draw_projection(self) -> None:
+        from cliff_tui.ui import projection as projection_view
+
         view = self.query_one("#projection-view", PanelView)
         width = max(40, self.query_one("#projection").size.width - 2)
         key = (len(self.pipeline.results), len(self.pipeline.failures), self.pipeline.target, width,

@@ -98,7 +98,7 @@ class Graph:
 
 # The pictures drawn lately, by what they show (segments are immutable: shared safely).
 _DRAWN: dict[tuple, list[list[Segment]]] = {}
-_DRAWN_MAX = 64
+_DRAWN_MAX = 16
 
 
 @lru_cache(maxsize=4096)
