@@ -350,6 +350,15 @@ def test_no_driver_is_one_reason_and_init_is_tried_once(code, words):
     assert fake.calls["nvmlShutdown"] == 0  # nothing was started
 
 
+@pytest.mark.skipif(nvidia_driver_present(), reason="this machine has the NVIDIA driver")
+def test_without_the_driver_the_real_probe_says_so_and_never_loads_the_binding():
+    code = ("import sys; from cliff_tui.probes.nvidia import NvidiaProbe; p = NvidiaProbe(); "
+            "print(p.read()[1]); print('pynvml' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "tui")}).stdout
+    assert out.splitlines() == ["no NVIDIA driver (libnvidia-ml not found)", "False"]
+
+
 def test_a_driver_with_no_gpu_says_so():
     probe, fake = probe_for()
     gpus, reason = probe.read()
