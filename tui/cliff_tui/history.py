@@ -38,17 +38,28 @@ class Series:
         return out
 
     def columns(self, n: int, per_column: int) -> list[float | None]:
-        """The newest ``n`` columns of ``per_column`` points, each its largest value (None: a gap),
-        grouped on the count of points since the start: a full column keeps its value as new points
-        arrive, and only the newest one moves."""
+        """The newest ``n`` complete columns of ``per_column`` points, each its largest value (None:
+        a gap), grouped on the count of points since the start. A column is drawn once it is
+        complete, so the picture moves once a column, not with every point; until the first one
+        is complete, the points so far are shown as one."""
         if per_column <= 1:
             return self.tail(n)
-        newest = self.appended % per_column or per_column
-        points = self.tail((n - 1) * per_column + newest)
+        complete = self.appended - self.appended % per_column
+        filling = self.appended - complete if complete else 0  # the points of the column being filled
+        points = self.tail(n * per_column + filling)
+        if filling:
+            points = points[:-filling]
+        newest = per_column if complete else self.appended
         head = (len(points) - newest) % per_column
         chunks = ([points[:head]] if head else []) + [points[i:i + per_column]
                                                        for i in range(head, len(points), per_column)]
         return [max((v for v in chunk if v is not None), default=None) for chunk in chunks][-n:]
+
+    def columns_version(self, per_column: int) -> int:
+        """Changes exactly when :meth:`columns` can: a screen redraws the graph only then."""
+        if per_column <= 1 or self.appended < per_column:
+            return self.appended
+        return per_column + self.appended // per_column
 
     def since(self, t0: float) -> list[tuple[float, float]]:
         """Points at or after ``t0`` that have a value (newest last)."""

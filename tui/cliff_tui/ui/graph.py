@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import groupby
 from typing import Callable, Sequence
 
 from rich.segment import Segment
@@ -50,8 +49,12 @@ class Graph:
 
     def cells(self, width: int, rows: int = 1) -> list[list[tuple[str, Style]]]:
         """``rows`` lines of ``width`` (character, style) cells, the top line first."""
-        chars, styles = self._grid(self.heights(width, rows), self._bar_styles(width), rows)
-        return [list(zip(line, line_styles)) for line, line_styles in zip(chars, styles)]
+        heights = self.heights(width, rows)
+        chars, marked = self._grid(heights, rows)
+        bar = self._bar_styles(width)
+        mark_row, _ = self._mark_at(rows)
+        return [[(ch, self.mark_style if row == mark_row and x in marked else bar[x]) for x, ch in enumerate(line)]
+                for row, line in enumerate(chars)]
 
     def segments(self, width: int, rows: int = 1) -> list[list[Segment]]:
         """The lines as segments, one per run of equal styles. Drawn once per distinct picture:
@@ -61,33 +64,44 @@ class Graph:
         key = (tuple(heights), tuple(bar), rows, self._mark_at(rows), self.default, self.mark_style)
         drawn = _DRAWN.get(key)
         if drawn is None:
-            chars, styles = self._grid(heights, bar, rows)
-            drawn = [_runs(line, line_styles) for line, line_styles in zip(chars, styles)]
+            drawn = self._draw(heights, bar, rows)
             if len(_DRAWN) >= _DRAWN_MAX:
                 _DRAWN.pop(next(iter(_DRAWN)))
             _DRAWN[key] = drawn
         return drawn
 
     def _bar_styles(self, width: int) -> list[Style]:
+        """Each column's style. A blank cell keeps its column's style (a space looks the same in
+        any foreground colour), so the runs of a line are the runs of its columns."""
         shown = list(self.values[-width:]) if width > 0 else []
         values = [None] * (width - len(shown)) + shown
         return [self.default if v is None or self.style_for is None else self.style_for(v) for v in values]
 
-    def _grid(self, heights: list[int | None], bar: list[Style], rows: int) -> tuple[list[str], list[list[Style]]]:
-        """Each line's characters (a string) and their styles: a column at a time, from a table
-        of the columns a bar height can give."""
+    def _draw(self, heights: list[int | None], bar: list[Style], rows: int) -> list[list[Segment]]:
+        chars, marked = self._grid(heights, rows)
+        runs = _runs(bar)
+        mark_row, _ = self._mark_at(rows)
+        lines = []
+        for row, line in enumerate(chars):
+            if row == mark_row and marked:
+                styles = [self.mark_style if x in marked else style for x, style in enumerate(bar)]
+                lines.append([Segment(line[a:b], style) for a, b, style in _runs(styles)])
+            else:
+                lines.append([Segment(line[a:b], style) for a, b, style in runs])
+        return lines
+
+    def _grid(self, heights: list[int | None], rows: int) -> tuple[list[str], frozenset[int]]:
+        """Each line's characters (a string), from a table of the columns a bar height can give,
+        and the columns where the mark is drawn."""
         columns = [_column(h, rows) for h in heights]
         chars = ["".join(line) for line in zip(*columns)] if columns else [""] * rows
-        styles = [[b if ch not in " " + GAP else self.default for ch, b in zip(line, bar)] for line in chars]
-        mark_row, mark_level = self._mark_at(rows)
-        if mark_row is not None:
-            base = (rows - 1 - mark_row) * _EIGHTHS
-            line, line_styles = list(chars[mark_row]), styles[mark_row]
-            for x, h in enumerate(heights):
-                if h is not None and h <= base:
-                    line[x], line_styles[x] = MARK, self.mark_style
-            chars[mark_row] = "".join(line)
-        return chars, styles
+        mark_row, _ = self._mark_at(rows)
+        if mark_row is None:
+            return chars, frozenset()
+        base = (rows - 1 - mark_row) * _EIGHTHS
+        marked = frozenset(x for x, h in enumerate(heights) if h is not None and h <= base)
+        chars[mark_row] = "".join(MARK if x in marked else ch for x, ch in enumerate(chars[mark_row]))
+        return chars, marked
 
     def _mark_at(self, rows: int) -> tuple[int | None, int]:
         if self.mark is None or self.hi <= self.lo or not self.lo <= self.mark <= self.hi:
@@ -109,14 +123,15 @@ def _column(height: int | None, rows: int) -> tuple[str, ...]:
     return tuple(BARS[min(max(height - (rows - 1 - row) * _EIGHTHS, 0), _EIGHTHS)] for row in range(rows))
 
 
-def _runs(chars: str, styles: list[Style]) -> list[Segment]:
-    """A segment per run of one style (the styles are shared objects: identity finds the runs)."""
-    out: list[Segment] = []
-    x = 0
-    for _, run in groupby(styles, key=id):
-        n = sum(1 for _ in run)
-        out.append(Segment(chars[x:x + n], styles[x]))
-        x += n
+def _runs(styles: list[Style]) -> list[tuple[int, int, Style]]:
+    """(start, end, style) of each run of one style (the styles are shared objects: identity
+    finds the runs)."""
+    out: list[tuple[int, int, Style]] = []
+    start = 0
+    for x in range(1, len(styles) + 1):
+        if x == len(styles) or styles[x] is not styles[start]:
+            out.append((start, x, styles[start]))
+            start = x
     return out
 
 

@@ -189,8 +189,8 @@ def _byte_graphs(p: Pipeline, name: str, capacity: int | None, per_column: int, 
 ZOOM_MIN_SPAN = 16 * MiB
 
 
-def _version(p: Pipeline, name: str) -> int:
-    return p.history.get(name).appended
+def _version(p: Pipeline, name: str, per_column: int) -> int:
+    return p.history.get(name).columns_version(per_column)
 
 
 def _vram_panel(p: Pipeline, g: GpuReading, per_column: int) -> Panel:
@@ -216,7 +216,7 @@ def _vram_panel(p: Pipeline, g: GpuReading, per_column: int) -> Panel:
         note, style = g.reasons.get("vram_used_bytes", "n/a"), AMBER
     return Panel(f"gpu{g.index}", f"GPU{g.index} VRAM", f"{value}  · {g.name}",
                  _byte_graphs(p, f"gpu{g.index}.vram", total, per_column, cliff=True),
-                 note, style, _version(p, f"gpu{g.index}.vram"))
+                 note, style, _version(p, f"gpu{g.index}.vram", per_column))
 
 
 def _shared_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
@@ -232,7 +232,7 @@ def _shared_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     note, style = (sign.detail, _level_style(sign.level)) if sign else ("", DIM)
     return Panel("shared", f"Shared VRAM (GPU{g.index})", value, _byte_graphs(p, f"gpu{g.index}.shared", hi, per_column),
                  note, style,
-                 _version(p, f"gpu{g.index}.shared"))
+                 _version(p, f"gpu{g.index}.shared", per_column))
 
 
 def _ram_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
@@ -244,12 +244,12 @@ def _ram_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
         value = f"{fmt_bytes(used)} / {fmt_bytes(total)}  {used / total:.0%}" \
                 f"  · the machine has {fmt_bytes(r.total_bytes)}"
         return Panel("ram", cg.tier, value, _byte_graphs(p, "ram.cgroup", total, per_column, cliff=not s.gpus), note,
-                     style, _version(p, "ram.cgroup"))
+                     style, _version(p, "ram.cgroup", per_column))
     value = f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {r.used_bytes / r.total_bytes:.0%}" \
             f"  · available {fmt_bytes(r.available_bytes)}"
     return Panel("ram", "System RAM", value, _byte_graphs(p, "ram.used", r.total_bytes, per_column, cliff=not s.gpus),
                  note, style,
-                 _version(p, "ram.used"))
+                 _version(p, "ram.used", per_column))
 
 
 def _swap_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
@@ -262,7 +262,7 @@ def _swap_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     if not s.gpus and (sign := p.signs.get(1)) is not None:
         note, style = sign.detail, _level_style(sign.level)
     return Panel("swap", "Swap", value, _byte_graphs(p, "swap.used", sw.total_bytes, per_column), note, style,
-                 _version(p, "swap.used"))
+                 _version(p, "swap.used", per_column))
 
 
 def _process_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
@@ -275,7 +275,7 @@ def _process_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     if proc.gpu_used_bytes is not None:
         value += f"  · GPU {fmt_bytes(proc.gpu_used_bytes)}"
     return Panel("proc", f"PID {proc.pid} {proc.name or ''}".rstrip(" "), value,
-                 _byte_graphs(p, "process.rss", s.ram_capacity_bytes, per_column), version=_version(p, "process.rss"))
+                 _byte_graphs(p, "process.rss", s.ram_capacity_bytes, per_column), version=_version(p, "process.rss", per_column))
 
 
 def _tokens_panel(p: Pipeline, hint: str) -> Panel:
