@@ -105,9 +105,7 @@ async def test_a_bad_model_shows_an_error_panel_and_keeps_running(tmp_path):
     app = CliffApp("run", Session(sampler=Sampler(), job=RunJob(RunSettings(str(bad), 256, 16)), interval=0.2))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.pipeline.last_failure is not None)
-        await pilot.pause(0.3)
-        text = screen_text(app)
-        assert "is not a GGUF file" in text
+        await wait_for(pilot, lambda: "is not a GGUF file" in screen_text(app), timeout=10)
         assert app.is_running
 
 
