@@ -77,3 +77,23 @@ async def test_line_view_repaints_only_the_line_that_changed():
         view.show(3, lambda w: [fit_line([("head", None)], w)] * 3)
         await pilot.pause()
         assert view.size.height == 3
+
+
+async def test_line_view_builds_again_only_the_parts_whose_key_changed():
+    app = _OneView()
+    built = []
+
+    def part(name: str, text: str):
+        def lines(width: int):
+            built.append(name)
+            return [fit_line([(text, None)], width)]
+        return lines
+
+    async with app.run_test(size=(40, 6)) as pilot:
+        view = app.query_one(LineView)
+        view.show_parts(((("head", 1), part("head", "6.1 GiB")), (("graph", 1), part("graph", "▁▂"))))
+        await pilot.pause()
+        built.clear()
+        view.show_parts(((("head", 2), part("head", "6.2 GiB")), (("graph", 1), part("graph", "▇█"))))
+        assert built == ["head"]  # the graph's key is as before: its lines are kept, not built
+        assert [view.render_line(y).text.rstrip() for y in (0, 1)] == ["6.2 GiB", "▁▂"]

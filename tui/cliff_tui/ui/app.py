@@ -103,8 +103,11 @@ class CliffApp(App):
         self.set_interval(min(self.session.interval, 0.25), self._tick)
         self._layout_for(self.size)
         self.session.drain()  # a sample taken while the app loaded is in the first frame
+        self._rebuilding = True  # a tick while this mounts must not start a second rebuild
         await self._rebuild_panels(self._wanted_panel_ids())  # the first frame without a round trip
-        self.set_timer(1.0, return_freed_memory)  # start-up's freed pages, once the first frame is up
+        # start-up's freed pages, once the first frame is up; on a thread: in a process with a big
+        # heap behind it the walk takes long, and the screen must not wait for it
+        self.set_timer(1.0, lambda: self.run_worker(return_freed_memory, thread=True, exit_on_error=False))
 
     def on_resize(self, event: Any) -> None:
         self._layout_for(event.size)
@@ -231,7 +234,7 @@ class CliffApp(App):
             if isinstance(item, str):
                 view.show(item, lambda: Text(inert(item), style="yellow"))
             else:
-                view.show(item.content_key, item.segment_lines)
+                view.show_parts(item.parts)
 
     async def _rebuild_panels(self, ids: list[str]) -> None:
         """The set of tiers changed (a GPU appeared, a --pid process…): remount, then draw."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from rich.segment import Segment
 from rich.style import Style
@@ -15,6 +16,9 @@ from cliff_tui.text import inert
 from cliff_tui.analysis.triangulation import default_reserve
 from cliff_tui.ui.graph import Graph, zoom_range
 from cliff_tui.units import GiB, MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
+
+if TYPE_CHECKING:
+    from cliff_tui.ui.widgets import Part
 
 GREEN, AMBER, RED, DIM = Style(color="green"), Style(color="yellow"), Style(color="red"), Style(dim=True)
 CYAN = Style(color="cyan")
@@ -64,26 +68,27 @@ class Panel:
     graphs: tuple[Scaled, ...] = ()
     note: str = ""
     note_style: Style = DIM
-    version: int = 0  # how many points its series has ever had
+    version: int = 0  # changes when its graph's columns do
     rows: int = 1  # of graph
-
-    @property
-    def content_key(self) -> tuple:
-        """Equal keys draw equal panels: the app repaints a panel only when its key changes."""
-        return (self.title, self.value, self.note, str(self.note_style), self.version, self.rows)
 
     @property
     def n_lines(self) -> int:
         return 1 + (self.rows if self.graphs else 0) + (1 if self.note else 0)
 
-    def segment_lines(self, width: int) -> list[list[Segment]]:
-        """Its lines as segments cropped to ``width``: the panel widget draws them without a Rich
-        layout pass (a panel repaints 4 times a second)."""
-        lines = [fit_line([(self.title, BOLD), ("  " + self.value, None)], width)]
-        lines += _graph_lines(self.graphs, width, self.rows)
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """Its lines in parts, each with a key (equal keys draw equal lines): the headline and
+        the note change with every sample, the graph once a column, and each is rebuilt alone.
+        The lines are segments cropped to the width, drawn without a Rich layout pass."""
+        parts: list[Part] = [((self.title, self.value),
+                              lambda width: [fit_line([(self.title, BOLD), ("  " + self.value, None)], width)])]
+        if self.graphs:
+            parts.append(((self.title, self.version, self.rows),
+                          lambda width: _graph_lines(self.graphs, width, self.rows)))
         if self.note:
-            lines.append(fit_line([(self.note, self.note_style)], width))
-        return lines
+            parts.append(((self.note, str(self.note_style)),
+                          lambda width: [fit_line([(self.note, self.note_style)], width)]))
+        return tuple(parts)
 
 
 GRAPH_GAP = 2

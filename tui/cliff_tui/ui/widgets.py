@@ -29,29 +29,36 @@ class PanelView(Static):
 
 
 Lines = Callable[[int], list[list[Segment]]]  # width → the lines, each cut to that width
+Part = tuple[object, Lines]  # a key and its lines: equal keys draw equal lines
 
 
 class LineView(Widget):
     """Lines of segments through Textual's line API, for what changes every frame (a tier's
-    sparkline, the signs, the progress): no Rich layout pass, and a change repaints only the
-    lines it touched."""
+    graph, the signs, the progress): no Rich layout pass, and a change repaints only the lines
+    it touched. The lines come in parts, each with a key: a part whose key and width are as
+    before keeps its lines without building them."""
 
     DEFAULT_CSS = "LineView { height: auto; }"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._make: Lines = lambda width: []
+        self._parts: tuple[Part, ...] = ()
+        self._built: list[tuple[object, int, list[list[Segment]]]] = []  # per part: key, width, lines
         self._strips: list[Strip] = []
         self._lines: list[list[Segment]] = []
         self._drawn: tuple = ()
         self._base = Style()
 
     def show(self, key: object, lines: Lines) -> None:
+        self.show_parts(((key, lines),))
+
+    def show_parts(self, parts: tuple[Part, ...]) -> None:
         width = self.size.width
-        if (key, width) == self._drawn:
+        keys = tuple(key for key, _ in parts)
+        if (keys, width) == self._drawn:
             return
-        self._make = lines
-        old = self._build(key, width)
+        self._parts = parts
+        old = self._build(keys, width)
         if len(self._strips) != len(old):
             self.refresh(layout=True)
             return
@@ -59,14 +66,21 @@ class LineView(Widget):
             if before is not after:
                 self.refresh(Region(0, y, width, 1))
 
-    def _build(self, key: object, width: int) -> list[Strip]:
+    def _make(self, width: int) -> list[list[Segment]]:
+        """The parts' lines at ``width``, each part built again only where its key or the width
+        changed."""
+        built = dict(((key, w), lines) for key, w, lines in self._built)
+        self._built = [(key, width, built.get((key, width)) or lines(width)) for key, lines in self._parts]
+        return [line for _, _, lines in self._built for line in lines]
+
+    def _build(self, keys: tuple, width: int) -> list[Strip]:
         """New strips for the lines whose segments changed; the old strips are returned."""
         if self._drawn[1:] != (width,):
             self._base, self._lines = self.rich_style, []
         lines, old, old_lines = self._make(width), self._strips, self._lines
-        self._strips = [old[y] if y < len(old_lines) and old_lines[y] == line else Strip(line).apply_style(self._base)
-                        for y, line in enumerate(lines)]
-        self._lines, self._drawn = lines, (key, width)
+        self._strips = [old[y] if y < len(old_lines) and (old_lines[y] is line or old_lines[y] == line)
+                        else Strip(line).apply_style(self._base) for y, line in enumerate(lines)]
+        self._lines, self._drawn = lines, (keys, width)
         return old
 
     def notify_style_update(self) -> None:
