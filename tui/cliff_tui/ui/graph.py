@@ -49,10 +49,8 @@ class Graph:
 
     def cells(self, width: int, rows: int = 1) -> list[list[tuple[str, Style]]]:
         """``rows`` lines of ``width`` (character, style) cells, the top line first."""
-        heights = self.heights(width, rows)
-        chars, marked = self._grid(heights, rows)
+        chars, mark_row, marked = self._grid(self.heights(width, rows), rows)
         bar = self._bar_styles(width)
-        mark_row, _ = self._mark_at(rows)
         return [[(ch, self.mark_style if row == mark_row and x in marked else bar[x]) for x, ch in enumerate(line)]
                 for row, line in enumerate(chars)]
 
@@ -78,9 +76,8 @@ class Graph:
         return [self.default if v is None or self.style_for is None else self.style_for(v) for v in values]
 
     def _draw(self, heights: list[int | None], bar: list[Style], rows: int) -> list[list[Segment]]:
-        chars, marked = self._grid(heights, rows)
+        chars, mark_row, marked = self._grid(heights, rows)
         runs = _runs(bar)
-        mark_row, _ = self._mark_at(rows)
         lines = []
         for row, line in enumerate(chars):
             if row == mark_row and marked:
@@ -90,18 +87,18 @@ class Graph:
                 lines.append([Segment(line[a:b], style) for a, b, style in runs])
         return lines
 
-    def _grid(self, heights: list[int | None], rows: int) -> tuple[list[str], frozenset[int]]:
-        """Each line's characters (a string), from a table of the columns a bar height can give,
-        and the columns where the mark is drawn."""
+    def _grid(self, heights: list[int | None], rows: int) -> tuple[list[str], int | None, frozenset[int]]:
+        """Each line's characters (a string), from a table of the columns a bar height can give;
+        the line the mark is on, and the columns where it is drawn."""
         columns = [_column(h, rows) for h in heights]
         chars = ["".join(line) for line in zip(*columns)] if columns else [""] * rows
         mark_row, _ = self._mark_at(rows)
         if mark_row is None:
-            return chars, frozenset()
+            return chars, None, frozenset()
         base = (rows - 1 - mark_row) * _EIGHTHS
         marked = frozenset(x for x, h in enumerate(heights) if h is not None and h <= base)
         chars[mark_row] = "".join(MARK if x in marked else ch for x, ch in enumerate(chars[mark_row]))
-        return chars, marked
+        return chars, mark_row, marked
 
     def _mark_at(self, rows: int) -> tuple[int | None, int]:
         if self.mark is None or self.hi <= self.lo or not self.lo <= self.mark <= self.hi:

@@ -69,8 +69,9 @@ class LineView(Widget):
     def _make(self, width: int) -> list[list[Segment]]:
         """The parts' lines at ``width``, each part built again only where its key or the width
         changed."""
-        built = dict(((key, w), lines) for key, w, lines in self._built)
-        self._built = [(key, width, built.get((key, width)) or lines(width)) for key, lines in self._parts]
+        built = {(key, w): lines for key, w, lines in self._built}
+        self._built = [(key, width, built[key, width] if (key, width) in built else lines(width))
+                       for key, lines in self._parts]
         return [line for _, _, lines in self._built for line in lines]
 
     def _build(self, keys: tuple, width: int) -> list[Strip]:
