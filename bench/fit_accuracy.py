@@ -31,9 +31,8 @@ from benchutil import ROOT, command_line, machine_line
 
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests")]
 
+from cliff_tui.analysis.ggml_types import QUANTISED, TYPE_BLOCKS
 from cliff_tui.analysis.theory import (
-    QUANTISED,
-    TYPE_BLOCKS,
     InvalidSettings,
     KvSettings,
     kv_breakdown,

@@ -104,6 +104,38 @@ def test_the_engine_does_load_llama_cpp():
     assert "llama_cpp" in run_check(["cliff_tui.engine.llama"])["llama_cpp"]
 
 
+_WATCH_START = r"""
+import asyncio, json, sys
+from cliff_tui import cli
+cli.build_parser().parse_args(["watch"])
+from cliff_tui.probes.sampler import Sampler
+from cliff_tui.session import Session
+from cliff_tui.ui.app import CliffApp
+
+async def main():
+    app = CliffApp("watch", Session(sampler=Sampler(), interval=0.25))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(1.5)  # frames drawn with samples on them
+        before = sorted(sys.modules)
+        app.pipeline.triangulations()
+        return {"before": before, "after": sorted(sys.modules)}
+
+print(json.dumps(asyncio.run(main())))
+"""
+RUN_ONLY = ("cliff_tui.analysis.triangulation", "cliff_tui.analysis.theory", "cliff_tui.analysis.gauge",
+            "cliff_tui.analysis.server_rates")
+
+
+def test_a_watch_starts_without_what_only_a_run_or_a_server_needs():
+    """A watch's first frame waits for every import before it: the triangulation, the KV theory,
+    the gauge and a server's rates load where a run or an attached server first needs them."""
+    proc = subprocess.run([sys.executable, "-c", _WATCH_START], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modules = json.loads(proc.stdout)
+    assert [m for m in RUN_ONLY if m in modules["before"]] == []
+    assert "cliff_tui.analysis.triangulation" in modules["after"]  # the check sees it once it is needed
+
+
 def lint_imports(*args: str) -> subprocess.CompletedProcess:
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
     if exe is None:

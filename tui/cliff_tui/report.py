@@ -14,9 +14,11 @@ import json
 import re
 from typing import Any, Iterable, Sequence
 
-from cliff_tui.analysis.theory import CACHE_TYPE_BYTES, expected_ratio, known_differences, textbook_bytes_per_token
+from cliff_tui.analysis.ggml_types import CACHE_TYPE_BYTES
+from cliff_tui.analysis.theory import expected_ratio, known_differences, textbook_bytes_per_token
 from cliff_tui.analysis.fit import FitTable, fit_record, fit_table, format_fit_markdown, measured_lines
-from cliff_tui.analysis.triangulation import PointCheck, Slope, Triangulation, gpu_index_of, memory_point
+from cliff_tui.analysis.buffers import gpu_index_of
+from cliff_tui.analysis.triangulation import PointCheck, Slope, Triangulation, memory_point
 from cliff_tui.codec import to_plain
 from cliff_tui.events import CliffVerdict, ModelInfo, RunFailed, RunResult, Sample
 from cliff_tui.pipeline import Pipeline

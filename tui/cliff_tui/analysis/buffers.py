@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from cliff_tui.events import BufferSize
 
 REPORTED_KINDS = ("model", "kv", "compute")
+
+_GPU_DEVICE_RE = re.compile(r"^(CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN)(\d+)$")
+
+
+def gpu_index_of(device: str | None) -> int | None:
+    """``CUDA0`` → 0; host devices (CPU, CPU_Mapped, CUDA_Host, Metal's unified memory) → None."""
+    match = _GPU_DEVICE_RE.match(device or "")
+    return int(match.group(2)) if match else None
 
 
 def by_kind(buffers: Iterable[BufferSize]) -> dict[str, dict[str, int]]:

@@ -22,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cliff_tui.analysis.ggml_types import QUANTISED
 from cliff_tui.analysis.theory import (
     CPU,
     CUDA,
     N_CTX_PAD,
-    QUANTISED,
     Backend,
     InvalidSettings,
     KvBreakdown,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.analysis.triangulation import default_reserve, gpu_index_of
+from cliff_tui.analysis.buffers import gpu_index_of
 from cliff_tui.events import Sample
 
 GaugeSource = Literal["measured", "this run"]
@@ -61,5 +61,5 @@ def run_gauge(tokens: int, n_ctx: int, kv_bytes: int, room: CliffRoom) -> CliffG
     if n_ctx <= 0 or kv_bytes <= 0:
         return None
     per_cell = kv_bytes / n_ctx
-    more = (room.free_bytes - default_reserve(room.capacity_bytes)) / per_cell
+    more = (room.free_bytes - th.default_reserve(room.capacity_bytes)) / per_cell
     return CliffGauge(tokens, max(0, int(n_ctx + more)), room.tier, "this run")

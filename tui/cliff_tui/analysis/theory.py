@@ -19,24 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cliff_tui.analysis.ggml_types import CACHE_TYPE_BYTES, CACHE_TYPES, QUANTISED, TYPE_BLOCKS
 from cliff_tui.events import ModelInfo, RunSettings
 from cliff_tui.units import fmt_bytes
-
-# GGML block layouts: (values per block, bytes per block).
-TYPE_BLOCKS: dict[str, tuple[int, int]] = {
-    "f32": (1, 4),
-    "f16": (1, 2),
-    "bf16": (1, 2),
-    "q8_0": (32, 34),
-    "q5_1": (32, 24),
-    "q5_0": (32, 22),
-    "q4_1": (32, 20),
-    "q4_0": (32, 18),
-    "iq4_nl": (32, 18),
-}
-CACHE_TYPE_BYTES: dict[str, float] = {t: size / blck for t, (blck, size) in TYPE_BLOCKS.items()}
-CACHE_TYPES = tuple(CACHE_TYPE_BYTES)
-QUANTISED = frozenset(t for t, (blck, _) in TYPE_BLOCKS.items() if blck > 1)
 
 N_CTX_PAD = 256  # llama_context pads n_ctx (and n_ctx per sequence) to a multiple of 256
 SWA_PAD = 256  # the sliding-window cache is padded to 256 cells as well

@@ -46,6 +46,12 @@ ALLOCATED_FLOOR_PCT = 0.5
 DEFAULT_RESERVE_FRACTION = 0.05
 DEFAULT_RESERVE_MIN_BYTES = 256 * MiB
 
+
+def default_reserve(capacity: int) -> int:
+    """What to keep free on the cliff tier unless the user says otherwise."""
+    return max(DEFAULT_RESERVE_MIN_BYTES, int(capacity * DEFAULT_RESERVE_FRACTION))
+
+
 # The cliff gauge turns amber at this share of the largest context before the cliff.
 GAUGE_AMBER = 0.9
 

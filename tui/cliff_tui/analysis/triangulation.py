@@ -13,24 +13,15 @@ resident memory when it lives in RAM (then swap is the cliff).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from cliff_tui.analysis import thresholds as th
+from cliff_tui.analysis.buffers import gpu_index_of
 from cliff_tui.analysis.speed import fit_line
 from cliff_tui.analysis.theory import N_CTX_PAD
 from cliff_tui.events import RunFailed, RunResult, TriangulationPlanned
 from cliff_tui.units import KiB, MiB, fmt_bytes
-
-_GPU_DEVICE_RE = re.compile(r"^(CUDA|ROCm|HIP|Vulkan|SYCL|MUSA|CANN)(\d+)$")
-
-
-def gpu_index_of(device: str | None) -> int | None:
-    """``CUDA0`` → 0; host devices (CPU, CPU_Mapped, CUDA_Host, Metal's unified memory) → None."""
-    match = _GPU_DEVICE_RE.match(device or "")
-    return int(match.group(2)) if match else None
-
 
 @dataclass(frozen=True)
 class MemoryPoint:
@@ -252,12 +243,7 @@ def capacity_for(kv_device: str | None, plan: TriangulationPlanned | None, reser
         tier = f"GPU{gpu} dedicated VRAM"
     if total is None:
         return Capacity(tier, None, reserve)
-    return Capacity(tier, total, default_reserve(total) if reserve is None else reserve)
-
-
-def default_reserve(capacity: int) -> int:
-    """What to keep free on the cliff tier unless the user says otherwise."""
-    return max(th.DEFAULT_RESERVE_MIN_BYTES, int(capacity * th.DEFAULT_RESERVE_FRACTION))
+    return Capacity(tier, total, th.default_reserve(total) if reserve is None else reserve)
 
 
 def triangulate(

@@ -20,11 +20,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from cliff_tui.analysis.buffers import by_kind, kv_device
+from cliff_tui.analysis.buffers import by_kind, gpu_index_of, kv_device
 from cliff_tui.analysis.cliff import cliff_verdict, memory_sign
-from cliff_tui.analysis.triangulation import gpu_index_of
 from cliff_tui.analysis.speed import classify_speed, steady, window_rate
-from cliff_tui.analysis.theory import CACHE_TYPE_BYTES, kv_bytes_per_token, pad_n_ctx
+from cliff_tui.analysis.ggml_types import CACHE_TYPE_BYTES, QUANTISED
+from cliff_tui.analysis.theory import kv_bytes_per_token, pad_n_ctx
 from cliff_tui.errors import BadInput, Cancelled, CliffError, DoesNotFit
 from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfillable_reason
 from cliff_tui.engine.gguf_meta import read_model_info
@@ -43,7 +43,6 @@ from cliff_tui.probes.system import read_major_faults
 from cliff_tui.units import fmt_bytes
 
 Publish = Callable[[object], None]
-QUANTISED = {t for t in CACHE_TYPE_BYTES if t.startswith(("q", "iq"))}
 MIN_WINDOW_TOKENS = 3
 
 

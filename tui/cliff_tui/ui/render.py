@@ -13,7 +13,6 @@ from cliff_tui.analysis.signs import SignState
 from cliff_tui.events import GpuReading, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import inert
-from cliff_tui.analysis.triangulation import default_reserve
 from cliff_tui.ui.graph import Graph, zoom_range
 from cliff_tui.units import GiB, MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
 
@@ -180,7 +179,7 @@ def _byte_graphs(p: Pipeline, name: str, capacity: int | None, per_column: int, 
     values = p.history.get(name).columns(width, per_column)
     out = []
     if capacity:
-        mark = capacity - default_reserve(capacity) if cliff else None
+        mark = capacity - th.default_reserve(capacity) if cliff else None
         style = lambda v: fill_style(v / capacity)  # noqa: E731
         out.append(Scaled(Graph(values, 0, capacity, style, DIM, mark), fmt_bytes(capacity), "0",
                           "cliff ╌" if mark is not None else "capacity"))
