@@ -1,8 +1,11 @@
-"""The process's own heap."""
+"""The process's own heap: freed pages handed back, and the cycle collector kept to what changes."""
 
 from __future__ import annotations
 
 import ctypes
+import gc
+
+COLLECT_EVERY_S = 10.0  # a live screen's collection of what it drew since the last one
 
 
 def return_freed_memory() -> None:
@@ -12,3 +15,17 @@ def return_freed_memory() -> None:
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the process's own symbols: no library search
     if trim is not None:
         trim(0)
+
+
+def freeze_start_up() -> None:
+    """Collect once, then leave what survived start-up (modules, a screen's widgets) out of every
+    later collection, so that a full one walks only what came after it (~2 ms, not ~40)."""
+    gc.collect()
+    gc.freeze()
+
+
+def collect_cycles() -> None:
+    """A full collection. A screen leaves cycles behind with every line it draws (a Textual strip
+    keeps itself in its own caches); left to the collector's own pace they reach its oldest
+    generation and wait there for minutes, and the resident memory grows with them."""
+    gc.collect()

@@ -25,7 +25,7 @@ from textual.worker import Worker, WorkerState
 
 from cliff_tui.errors import CliffError
 from cliff_tui.events import Alert
-from cliff_tui.heap import return_freed_memory
+from cliff_tui.heap import COLLECT_EVERY_S, collect_cycles, freeze_start_up, return_freed_memory
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.session import Session
 from cliff_tui.text import inert
@@ -105,9 +105,16 @@ class CliffApp(App):
         self.session.drain()  # a sample taken while the app loaded is in the first frame
         self._rebuilding = True  # a tick while this mounts must not start a second rebuild
         await self._rebuild_panels(self._wanted_panel_ids())  # the first frame without a round trip
-        # start-up's freed pages, once the first frame is up; on a thread: in a process with a big
-        # heap behind it the walk takes long, and the screen must not wait for it
-        self.set_timer(1.0, lambda: self.run_worker(return_freed_memory, thread=True, exit_on_error=False))
+        self.set_timer(1.0, self._settle)
+
+    def _settle(self) -> None:
+        """Once the first frame is up: start-up's objects out of the collector's way, its freed
+        pages back to the system, and the cycles each frame leaves collected at a steady pace."""
+        freeze_start_up()
+        # on a thread: in a process with a big heap behind it the walk takes long, and the screen
+        # must not wait for it
+        self.run_worker(return_freed_memory, thread=True, exit_on_error=False)
+        self.set_interval(COLLECT_EVERY_S, collect_cycles)
 
     def on_resize(self, event: Any) -> None:
         self._layout_for(event.size)

@@ -80,9 +80,14 @@ class LineView(Widget):
             self._base, self._lines = self.rich_style, []
         lines, old, old_lines = self._make(width), self._strips, self._lines
         self._strips = [old[y] if y < len(old_lines) and (old_lines[y] is line or old_lines[y] == line)
-                        else Strip(line).apply_style(self._base) for y, line in enumerate(lines)]
+                        else self._strip(line, width) for y, line in enumerate(lines)]
         self._lines, self._drawn = lines, (keys, width)
         return old
+
+    def _strip(self, line: list[Segment], width: int) -> Strip:
+        """A line as the strip ``render_line`` returns on every call: full width already, so the
+        compositor's cuts of it, which Textual caches on the strip, are made once."""
+        return Strip(line).apply_style(self._base).extend_cell_length(width, self._base)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -98,5 +103,5 @@ class LineView(Widget):
         if self._drawn[1:] != (width,):
             self._build(self._drawn[0] if self._drawn else None, width)
         if y < len(self._strips):
-            return self._strips[y].extend_cell_length(width, self._base)
+            return self._strips[y]
         return Strip.blank(width, self._base)
