@@ -1,6 +1,6 @@
 """Does a filled KV cache measure what a prefilled one does? And the default 16k/32k/65k, filled.
 
-    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--same-context N]
+    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--control] [--same-context N]
                                     [--default-depths]
 
 Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window attention): a
@@ -9,6 +9,9 @@ times. Compared: decode tok/s at depth (goal: the medians within the repetitions
 ≤ 3 % apart), touched memory (the process's RSS peak: goal within 1 %; beside it the peak's rise
 above the run's baseline) and allocated memory (the KV, model and compute buffers: goal
 identical), and the time each took.
+
+``--control``: a third arm, a second real run (``real, again``), alternated with the other two:
+how far two identical runs land apart on this machine, the resolution the 3 % goal is read at.
 
 ``--same-context N``: the same decode compared inside one process and one context, N times each,
 alternated, so that what differs between two fresh processes (where the allocator and the
@@ -63,12 +66,14 @@ def rise(run: dict) -> int:
     return run["rss_peak_bytes"] - run["rss_baseline_bytes"]
 
 
-def compare(model: Path, depth: int, reps: int, n_gen: int) -> dict:
-    rows: dict[str, list[dict]] = {"synthetic": [], "real": []}
+def compare(model: Path, depth: int, reps: int, n_gen: int, control: bool = False) -> dict:
+    arms = ["synthetic", "real", "real, again"] if control else ["synthetic", "real"]
+    rows: dict[str, list[dict]] = {arm: [] for arm in arms}
     for rep in range(reps):
-        for fill in (("synthetic", "real") if rep % 2 == 0 else ("real", "synthetic")):
+        for arm in arms[rep % len(arms):] + arms[:rep % len(arms)]:
+            fill = arm.split(",")[0]
             run, wall = cli("run", "-m", str(model), "--depth", str(depth), "--n-gen", str(n_gen), "--fill", fill)
-            rows[fill].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "rise": rise(run),
+            rows[arm].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "rise": rise(run),
                                "allocated": allocated(run), "wall": wall, "fill": run.get("fill")})
     out = {}
     for fill, rs in rows.items():
@@ -81,8 +86,8 @@ def compare(model: Path, depth: int, reps: int, n_gen: int) -> dict:
     return out
 
 
-def report(name: str, depth: int, c: dict) -> None:
-    s, r = c["synthetic"], c["real"]
+def report(name: str, depth: int, c: dict, arm: str = "synthetic") -> None:
+    s, r = c[arm], c["real"]
     apart = abs(s["tok_s"] - r["tok_s"]) / r["tok_s"] * 100
     within = abs(s["tok_s"] - r["tok_s"]) <= max(s["spread"], r["spread"])
     touched_pct = abs(s["touched"] - r["touched"]) / max(r["touched"], 1) * 100  # goal ≤ 1 %
@@ -161,6 +166,7 @@ def main() -> None:
     ap.add_argument("--default-depths", "--seed-depths", action="store_true", dest="default_depths",
                     help="also triangulate the default 16k/32k/65k, filled")
     ap.add_argument("--no-compare", action="store_true", help="only the default depths (and --same-context)")
+    ap.add_argument("--control", action="store_true", help="also a second real run in each alternation")
     ap.add_argument("--same-context", type=int, default=0, metavar="N",
                     help="also N alternations of filled and real in one process and context per depth")
     args = ap.parse_args()
@@ -177,9 +183,19 @@ def main() -> None:
         print("\n| model | depth | filled tok/s | real tok/s | apart | touched (RSS peak) filled / real | "
               "its rise above the baseline | allocated | time filled / real | fill |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
+        controls = []
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
-                report(name, depth, compare(model, depth, args.reps, args.n_gen))
+                result = compare(model, depth, args.reps, args.n_gen, args.control)
+                report(name, depth, result)
+                controls.append((name, depth, result))
+        if args.control:
+            print("\nThe control: a second real run against the first, alternated with the filled one.\n")
+            print("| model | depth | real tok/s (again) | real tok/s | apart | touched (RSS peak) again / real | "
+                  "its rise above the baseline | allocated | time again / real | fill |")
+            print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
+            for name, depth, result in controls:
+                report(name, depth, result, "real, again")
     if args.same_context:
         print("\n| model | depth | filled tok/s (one context) | real tok/s | filled vs real | spread | runs |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
