@@ -10,8 +10,9 @@ times. Compared: decode tok/s at depth (goal: the medians within the repetitions
 above the run's baseline) and allocated memory (the KV, model and compute buffers: goal
 identical), and the time each took.
 
-``--control``: a third arm, a second real run (``real, again``), alternated with the other two:
-how far two identical runs land apart on this machine, the resolution the 3 % goal is read at.
+``--control``: a third arm, a second real run (``real, again``), alternated with the other two
+(every order of the three in turn: ``--reps`` a multiple of 6 balances them): how far two
+identical runs land apart on this machine, the resolution the 3 % goal is read at.
 
 ``--same-context N``: the same decode compared inside one process and one context, N times each,
 alternated, so that what differs between two fresh processes (where the allocator and the
@@ -25,6 +26,7 @@ the depths it chose and how it reached them, the time to the full answer, calibr
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -67,18 +69,21 @@ def rise(run: dict) -> int:
 
 
 def compare(model: Path, depth: int, reps: int, n_gen: int, control: bool = False) -> dict:
-    arms = ["synthetic", "real", "real, again"] if control else ["synthetic", "real"]
-    rows: dict[str, list[dict]] = {arm: [] for arm in arms}
+    """Each arm (a label and its ``--fill``) ``reps`` times, fresh processes; the alternations go
+    through every order of the arms in turn, so each follows each other equally often (with
+    ``--control``, ``--reps`` a multiple of 6 balances them)."""
+    arms = [("synthetic", "synthetic"), ("real", "real")] + ([("real, again", "real")] if control else [])
+    orders = list(itertools.permutations(arms))
+    rows: dict[str, list[dict]] = {label: [] for label, _ in arms}
     for rep in range(reps):
-        for arm in arms[rep % len(arms):] + arms[:rep % len(arms)]:
-            fill = arm.split(",")[0]
+        for label, fill in orders[rep % len(orders)]:
             run, wall = cli("run", "-m", str(model), "--depth", str(depth), "--n-gen", str(n_gen), "--fill", fill)
-            rows[arm].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "rise": rise(run),
+            rows[label].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "rise": rise(run),
                                "allocated": allocated(run), "wall": wall, "fill": run.get("fill")})
     out = {}
-    for fill, rs in rows.items():
+    for label, rs in rows.items():
         rates = [r["tok_s"] for r in rs]
-        out[fill] = {"tok_s": statistics.median(rates), "spread": (max(rates) - min(rates)) / 2,
+        out[label] = {"tok_s": statistics.median(rates), "spread": (max(rates) - min(rates)) / 2,
                      "touched": statistics.median(r["touched"] for r in rs),
                      "rise": statistics.median(r["rise"] for r in rs),
                      "allocated": {r["allocated"] for r in rs}, "wall": statistics.median(r["wall"] for r in rs),
@@ -183,18 +188,18 @@ def main() -> None:
         print("\n| model | depth | filled tok/s | real tok/s | apart | touched (RSS peak) filled / real | "
               "its rise above the baseline | allocated | time filled / real | fill |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
-        controls = []
+        results = []
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
                 result = compare(model, depth, args.reps, args.n_gen, args.control)
                 report(name, depth, result)
-                controls.append((name, depth, result))
+                results.append((name, depth, result))
         if args.control:
             print("\nThe control: a second real run against the first, alternated with the filled one.\n")
             print("| model | depth | real tok/s (again) | real tok/s | apart | touched (RSS peak) again / real | "
                   "its rise above the baseline | allocated | time again / real | fill |")
             print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
-            for name, depth, result in controls:
+            for name, depth, result in results:
                 report(name, depth, result, "real, again")
     if args.same_context:
         print("\n| model | depth | filled tok/s (one context) | real tok/s | filled vs real | spread | runs |")

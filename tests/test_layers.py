@@ -131,7 +131,7 @@ def test_a_watch_starts_without_what_only_a_run_or_a_server_needs():
     the gauge and a server's rates load where a run or an attached server first needs them."""
     proc = subprocess.run([sys.executable, "-c", _WATCH_START], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    modules = json.loads(proc.stdout)
+    modules = json.loads(proc.stdout.splitlines()[-1])
     assert [m for m in RUN_ONLY if m in modules["before"]] == []
     assert "cliff_tui.analysis.triangulation" in modules["after"]  # the check sees it once it is needed
 

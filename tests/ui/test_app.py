@@ -55,9 +55,8 @@ async def test_watch_shows_ram_says_why_no_vram_and_quits_fast():
 
 
 async def test_a_settled_screen_collects_the_cycles_its_frames_leave(monkeypatch):
-    """Each line Textual draws leaves a cycle (a strip in its own caches). Once the first frame
-    is up, the screen leaves start-up's objects out of the collector's walk and collects at a
-    steady pace, where the collector on its own would reach them only after minutes."""
+    """Once the first frame is up the screen freezes start-up's objects and collects on a steady
+    pace; it thaws them when it closes."""
     monkeypatch.setattr(app_module, "COLLECT_EVERY_S", 0.4)
     full: list[int] = []
 
@@ -65,6 +64,7 @@ async def test_a_settled_screen_collects_the_cycles_its_frames_leave(monkeypatch
         if phase == "stop" and info["generation"] == 2:
             full.append(info["collected"])
 
+    assert gc.get_freeze_count() == 0
     app = CliffApp("watch", Session(sampler=Sampler(), interval=0.2))
     try:
         async with app.run_test(size=(80, 24)) as pilot:
@@ -74,8 +74,8 @@ async def test_a_settled_screen_collects_the_cycles_its_frames_leave(monkeypatch
     finally:
         if count in gc.callbacks:
             gc.callbacks.remove(count)
-        gc.unfreeze()
     assert len(full) >= 3 and sum(full) > 0
+    assert gc.get_freeze_count() == 0  # thawed as it closed
 
 
 async def test_pause_freezes_the_screen_and_help_and_log_open():

@@ -79,6 +79,22 @@ async def test_line_view_repaints_only_the_line_that_changed():
         assert view.size.height == 3
 
 
+async def test_line_view_hands_textual_one_full_width_strip_per_line_until_it_changes():
+    """Textual caches its cuts of a strip on the strip: the same object, call after call."""
+    app = _OneView()
+    async with app.run_test(size=(40, 6)) as pilot:
+        view = app.query_one(LineView)
+        view.show(1, lambda w: [fit_line([("head", None)], w), fit_line([("6.1 GiB", None)], w)])
+        await pilot.pause()
+        first = view.render_line(1)
+        assert view.render_line(1) is first and first.cell_length == 40
+        view.show(2, lambda w: [fit_line([("head", None)], w), fit_line([("6.2 GiB", None)], w)])
+        assert view.render_line(0).text.rstrip() == "head" and view.render_line(1) is not first
+        await pilot.resize_terminal(30, 6)
+        await pilot.pause()
+        assert view.render_line(0).cell_length == 30
+
+
 async def test_line_view_builds_again_only_the_parts_whose_key_changed():
     app = _OneView()
     built = []

@@ -5,8 +5,8 @@ signs, the run views and the triangulation are recomputed here, never stored by 
 a replayed recording shows exactly what the live session showed.
 
 What only a run or an attached server needs (the cliff gauge, a server's rates, the
-triangulation and the KV theory behind it) is imported where it is first used: a ``watch``
-never needs it, and its first frame waits for every import before it.
+triangulation and the KV theory behind it) is imported where it is first used: the screen of
+a ``watch`` never needs it, and its first frame waits for every import before it.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from cliff_tui.analysis.theory import N_CTX_PAD
 from cliff_tui.events import RunFailed, RunResult, TriangulationPlanned
 from cliff_tui.units import KiB, MiB, fmt_bytes
 
+
 @dataclass(frozen=True)
 class MemoryPoint:
     n_ctx: int

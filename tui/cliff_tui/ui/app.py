@@ -25,7 +25,7 @@ from textual.worker import Worker, WorkerState
 
 from cliff_tui.errors import CliffError
 from cliff_tui.events import Alert
-from cliff_tui.heap import COLLECT_EVERY_S, collect_cycles, freeze_start_up, return_freed_memory
+from cliff_tui.heap import collect_cycles, freeze_start_up, return_freed_memory, thaw
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.session import Session
 from cliff_tui.text import inert
@@ -38,6 +38,7 @@ from cliff_tui.ui.widgets import LineView, PanelView
 NO_VRAM = "novram"  # the key of the dashboard's one wrapped text line, not a tier
 WIDE = 150  # columns from which the projection pane sits beside the tiers
 STACKED = (100, 30)  # from this size it sits below them; on a smaller screen `v` switches to it
+COLLECT_EVERY_S = 10.0  # once the first frame is up: a full collection of what the frames left
 
 
 class CliffApp(App):
@@ -109,7 +110,7 @@ class CliffApp(App):
 
     def _settle(self) -> None:
         """Once the first frame is up: start-up's objects out of the collector's way, its freed
-        pages back to the system, and the cycles each frame leaves collected at a steady pace."""
+        pages back to the system, and the collector on a steady pace (:func:`collect_cycles`)."""
         freeze_start_up()
         # on a thread: in a process with a big heap behind it the walk takes long, and the screen
         # must not wait for it
@@ -376,6 +377,7 @@ class CliffApp(App):
     def on_unmount(self) -> None:
         self.session.alert_listeners.remove(self._notify_alert)
         self.session.stop()
+        thaw()
 
 
 def _show_line(view: LineView, parts: render.Parts) -> None:
