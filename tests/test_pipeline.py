@@ -89,7 +89,7 @@ def test_server_readings_never_write_the_tok_s_series_their_windows_do():
     for t, live in ((2, 30.0), (3, 31.0), (4, 29.0)):  # the next request, live from /slots
         p.feed(llama_reading(t, 480, 10))  # the stale counters, repeated
         p.feed(window(t + 0.5, live))
-    assert list(p.history.get("tok_s").values) == [30.0, 31.0, 29.0]
+    assert [v for _, v in p.history.get("tok_s").points()] == [30.0, 31.0, 29.0]
     assert p.live_tok_s() == 29.0
     assert p.session_rates.decode_tok_s == pytest.approx(48.0)  # still shown as the server's counters
 

@@ -92,7 +92,7 @@ def test_replay_restarted_at_the_end_feeds_each_event_once_into_a_new_pipeline(d
     session.toggle_play(now=0.0)  # play again: from the start
     assert session.pipeline is not first and session.player.playing
     session.replay_tick(now=1_000.0)
-    times = list(session.pipeline.history.get("ram.used").times)
+    times = [t for t, _ in session.pipeline.history.get("ram.used").points()]
     samples = [e.t for e in open_recording(demo_path).events if isinstance(e, Sample)]
     assert times == samples
 

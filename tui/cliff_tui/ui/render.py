@@ -286,7 +286,7 @@ def _tokens_panel(p: Pipeline, hint: str) -> Panel:
     series = p.history.get("tok_s")
     if not len(series):
         return Panel("tok", "Tokens/s", "–", None, hint)
-    values = [v for v in series.values if v is not None]
+    values = [v for v in series.tail(len(series)) if v is not None]
     hi = max(values) * 1.15 if values else 1
     graph = Scaled(Graph(series.tail(512), 0, hi, None, CYAN), f"{fmt_tok_s(hi)} tok/s", "0", "")
     verdict = p.speed_verdict()
