@@ -150,6 +150,20 @@ def first_frames(cliff: str, btop: str | None, env: dict[str, str], reps: int) -
                   f"(min {min(values):.2f}, max {max(values):.2f}, {len(values)} starts)")
 
 
+def byte_compile_cliff_tui() -> None:
+    """Write cliff-tui's bytecode, as ``pip install`` does and as a first run does on a user's
+    machine. Where ``PYTHONDONTWRITEBYTECODE`` is set (some sandboxes and containers), every
+    start would otherwise compile each module from source again, and the first frame would
+    time that compilation."""
+    import compileall
+    import importlib.util
+
+    spec = importlib.util.find_spec("cliff_tui")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("cliff_tui is not importable here: run the bench with cliff-tui's venv")
+    compileall.compile_dir(spec.submodule_search_locations[0], quiet=1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=10)
@@ -161,13 +175,12 @@ def main() -> int:
                         help="allocate and free GIB of RAM every second while measuring")
     args = parser.parse_args()
     env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
+    byte_compile_cliff_tui()
     if args.first_frame:
         cliff = shutil.which("cliff-tui") or sys.exit("cliff-tui is not on PATH: activate its venv")
         first_frames(cliff, None if args.no_btop else shutil.which("btop"), env, args.first_frame)
         return 0
     churn = subprocess.Popen([sys.executable, "-c", CHURN, str(args.churn)]) if args.churn else None
-
-    env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
     cliff = shutil.which("cliff-tui") or sys.exit("cliff-tui is not on PATH: activate its venv")
     terminals = [spawn("cliff-tui watch -i 0.25", [cliff, "watch", "-i", "0.25"], env)]
     if not args.no_btop:
