@@ -1,7 +1,7 @@
 """Bounded per-metric history, so a day-long session keeps flat memory.
 
 Each series is a ring of two preallocated arrays of doubles: the memory it holds is allocated
-with its first point and never grows, and it leaves no object per point for the collector.
+when the series is made and never grows, and it leaves no object per point for the collector.
 """
 
 from __future__ import annotations
