@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from array import array
-from itertools import chain
 
 DEFAULT_CAPACITY = 3600  # 15 minutes at 4 Hz
 GAP = math.nan  # a point with no reading, kept as a gap
@@ -54,7 +53,7 @@ class Series:
         end = (self.appended - 1) % self.capacity + 1  # one past the newest
         if n <= end:
             return ring[end - n:end].tolist()
-        return list(chain(ring[self.capacity - (n - end):], ring[:end]))
+        return (ring[self.capacity - (n - end):] + ring[:end]).tolist()
 
     def columns(self, n: int, per_column: int) -> list[float | None]:
         """The newest ``n`` complete columns of ``per_column`` points, each its largest value (None:
