@@ -54,6 +54,18 @@ async def test_watch_shows_ram_says_why_no_vram_and_quits_fast():
     assert time.monotonic() - t < 1.0
 
 
+async def test_the_keys_line_names_the_keys_and_a_click_on_one_runs_it():
+    app = CliffApp("watch", Session(sampler=Sampler(), interval=0.2))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.pipeline.latest is not None)
+        await pilot.pause(0.2)
+        keys = screen_text(app).splitlines()[-1]
+        assert keys.split() == ["q", "Quit", "p", "Pause", "?", "Help", "l", "Log", "r", "Record"]
+        await pilot.click(offset=(keys.index("Help"), 23))
+        await pilot.pause(0.2)
+        assert type(app.screen).__name__ == "HelpScreen"
+
+
 async def test_a_settled_screen_collects_the_cycles_its_frames_leave(monkeypatch):
     """Once the first frame is up the screen freezes start-up's objects and collects on a steady
     pace; it thaws them when it closes."""

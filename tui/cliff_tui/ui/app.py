@@ -20,7 +20,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.css.scalar import Unit
-from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from cliff_tui.errors import CliffError
@@ -30,12 +29,11 @@ from cliff_tui.pipeline import Pipeline
 from cliff_tui.session import Session
 from cliff_tui.text import inert
 from cliff_tui.ui import render
-from cliff_tui.ui.widgets import LineView, PanelView
+from cliff_tui.ui.widgets import KeysLine, LineView, PanelView, Part
 
 # The modal screens and the projection pane (with the report behind it) are imported where they
 # are first used: the first frame of `watch` comes that much sooner.
 
-NO_VRAM = "novram"  # the key of the dashboard's one wrapped text line, not a tier
 WIDE = 150  # columns from which the projection pane sits beside the tiers
 STACKED = (100, 30)  # from this size it sits below them; on a smaller screen `v` switches to it
 COLLECT_EVERY_S = 10.0  # once the first frame is up: a full collection of what the frames left
@@ -72,8 +70,6 @@ class CliffApp(App):
         self.paused = False
         self.narrow_view = "dash"
         self._drawn: object = None
-        self._panel_ids: list[str] = []
-        self._rebuilding = False
         self._switching = False  # the projection has content but is out of view: `v` shows it
         self.session.alert_listeners.append(self._notify_alert)
 
@@ -86,15 +82,13 @@ class CliffApp(App):
 
     def compose(self) -> ComposeResult:
         yield PanelView(id="title")
-        yield LineView(id="gauge")
-        yield LineView(id="signs")
-        yield LineView(id="notice")
+        yield LineView(id="header")  # the cliff gauge, the signs, the newest notice
         with Horizontal(id="body"):
-            yield VerticalScroll(id="dash")
+            yield VerticalScroll(LineView(id="tiers"), id="dash")
             yield VerticalScroll(PanelView(id="projection-view"), id="projection")
         yield LineView(id="progress")
         yield PanelView(id="error")
-        yield Footer()
+        yield KeysLine(id="keys")
 
     async def on_mount(self) -> None:
         self.query_one("#projection").display = self.mode in ("triangulate", "replay")
@@ -104,8 +98,7 @@ class CliffApp(App):
         self.set_interval(min(self.session.interval, 0.25), self._tick)
         self._layout_for(self.size)
         self.session.drain()  # a sample taken while the app loaded is in the first frame
-        self._rebuilding = True  # a tick while this mounts must not start a second rebuild
-        await self._rebuild_panels(self._wanted_panel_ids())  # the first frame without a round trip
+        self._draw()
         self.set_timer(1.0, self._settle)
 
     def _settle(self) -> None:
@@ -133,7 +126,7 @@ class CliffApp(App):
         projection.set_class(has and not in_view, "full")
         if (has and not in_view) != self._switching:
             self._switching = has and not in_view
-            self.refresh_bindings()
+            self._draw_keys()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "view":
@@ -187,29 +180,32 @@ class CliffApp(App):
         title = self._title()
         # one line: a long model name is cut at the edge, never wrapped out of sight
         self.query_one("#title", PanelView).show(title, lambda: Text(inert(title), no_wrap=True, overflow="ellipsis"), 1)
-        gauge = render.gauge_line(p)
-        gauge_view = self.query_one("#gauge", LineView)
-        _set_display(gauge_view, bool(gauge))
-        _show_line(gauge_view, gauge)
-        _show_line(self.query_one("#signs", LineView), render.signs_line(p.signs))
-        notice = render.notice_line(p)
-        notice_view = self.query_one("#notice", LineView)
-        _set_display(notice_view, bool(notice))
-        _show_line(notice_view, notice)
-        self._draw_panels()
-        _show_line(self.query_one("#progress", LineView), self._progress_line())
+        # the signs always (their line stays put), the gauge and the newest notice where there are any
+        gauge, signs, notice = render.gauge_line(p), render.signs_line(p.signs), render.notice_line(p)
+        header = ([gauge] if gauge else []) + [signs] + ([notice] if notice else [])
+        self.query_one("#header", LineView).show_parts(tuple(_line_part(line) for line in header))
+        self.query_one("#tiers", LineView).show_parts(self._tier_parts())
+        progress = self._progress_line()
+        self.query_one("#progress", LineView).show_parts((_line_part(progress),))
         self._draw_error()
         if self._has_projection():
             self._layout_for(self.size)
             self._draw_projection()
+        self._draw_keys()
 
-    def _wanted_panels(self) -> list[tuple[str, Any]]:
+    def _tier_parts(self) -> tuple[Part, ...]:
+        """Every tier in one view, after the reason there is no VRAM tier where there is none:
+        the graphs take the rows that are left."""
         hint = "" if self.mode in ("run", "triangulate", "attach", "replay") else render.NO_SOURCE
         per_column = max(1, round(1.0 / self.session.interval))  # a graph column a second
         panels = render.panels(self.pipeline, hint or "waiting for tokens…", per_column)
-        line = render.no_vram_line(self.pipeline.latest)
-        rows = self._graph_rows(panels, 2 if line else 0)
-        return ([(NO_VRAM, line)] if line else []) + [(panel.key, panel) for panel in render.with_rows(panels, rows)]
+        reason = render.no_vram_line(self.pipeline.latest)
+        width = self.query_one("#tiers").size.width or self.size.width
+        parts: tuple[Part, ...] = ()
+        if reason:
+            parts = (((reason,), lambda w: render.wrapped(reason, render.AMBER, w)),)
+        rows = self._graph_rows(panels, len(render.wrapped(reason, None, width)) if reason else 0)
+        return parts + tuple(part for panel in render.with_rows(panels, rows) for part in panel.parts)
 
     def _graph_rows(self, panels: list[render.Panel], taken: int) -> int:
         """The tiers' graphs grow with the rows the dashboard has; below the projection the
@@ -226,34 +222,11 @@ class CliffApp(App):
         height = dash.size.height or self.size.height - 6
         return render.graph_rows(height - taken, panels)
 
-    def _wanted_panel_ids(self) -> list[str]:
-        return [f"panel-{key}" for key, _ in self._wanted_panels()]
-
-    def _draw_panels(self) -> None:
-        wanted = self._wanted_panels()
-        ids = [f"panel-{key}" for key, _ in wanted]
-        if ids != self._panel_ids:
-            if not self._rebuilding:
-                self._rebuilding = True
-                self.run_worker(self._rebuild_panels(ids), group="panels")
-            return
-        dash = self.query_one("#dash")
-        for view, (_, item) in zip(dash.children, wanted):
-            if isinstance(item, str):
-                view.show(item, lambda: Text(inert(item), style="yellow"))
-            else:
-                view.show_parts(item.parts)
-
-    async def _rebuild_panels(self, ids: list[str]) -> None:
-        """The set of tiers changed (a GPU appeared, a --pid process…): remount, then draw."""
-        dash = self.query_one("#dash")
-        await dash.remove_children()
-        await dash.mount_all([(PanelView if panel_id == f"panel-{NO_VRAM}" else LineView)(id=panel_id, classes="panel")
-                              for panel_id in ids])
-        self._panel_ids = ids
-        self._rebuilding = False
-        self._drawn = None
-        self._draw()
+    def _draw_keys(self) -> None:
+        """The keys a footer shows: those bound with ``show``, where their action is available."""
+        keys = [(binding.key_display or binding.key, binding.description, binding.action) for binding in self.BINDINGS
+                if binding.show and self.check_action(binding.action, ()) is not False]
+        self.query_one("#keys", KeysLine).show_keys(keys)
 
     def _draw_projection(self) -> None:
         from cliff_tui.ui import projection as projection_view
@@ -380,8 +353,9 @@ class CliffApp(App):
         thaw()
 
 
-def _show_line(view: LineView, parts: render.Parts) -> None:
-    view.show(tuple(parts), lambda width: [render.fit_line(parts, width)])
+def _line_part(parts: render.Parts) -> Part:
+    """One line of styled text as a part of a line view, keyed on what it says."""
+    return tuple(parts), lambda width: [render.fit_line(parts, width)]
 
 
 def _set_display(widget: Any, shown: bool) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
+from rich.text import Text
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.signs import SignState
@@ -170,6 +174,23 @@ def no_vram_line(s: Sample | None) -> str:
     if s is None or s.gpus:
         return ""
     return f"No VRAM tier: {s.gpus_reason}"
+
+
+@lru_cache(maxsize=8)
+def wrapped(text: str, style: Style | None, width: int) -> list[list[Segment]]:
+    """A paragraph as lines of at most ``width`` cells, broken between words as Rich breaks them
+    (a word longer than a line is cut). Kept for the few texts and widths asked for lately: a
+    screen asks on every frame."""
+    if width <= 0:
+        return []
+    console = _console()
+    return console.render_lines(Text(inert(text), style=style or ""), console.options.update_width(width), pad=False)
+
+
+@lru_cache(maxsize=1)
+def _console() -> Console:
+    """A console that lays out text and prints nothing."""
+    return Console(file=io.StringIO(), width=80)
 
 
 def _byte_graphs(p: Pipeline, name: str, capacity: int | None, per_column: int, cliff: bool = False,

@@ -1,4 +1,4 @@
-"""The two widgets the dashboard is made of; both repaint only what changed."""
+"""The widgets the dashboard is made of; each repaints only what changed."""
 
 from __future__ import annotations
 
@@ -105,3 +105,27 @@ class LineView(Widget):
         if y < len(self._strips):
             return self._strips[y]
         return Strip.blank(width, self._base)
+
+
+class KeysLine(LineView):
+    """The keys at the foot of the screen, in the footer's colours, each a link that runs its
+    action when clicked. One line of segments: Textual's ``Footer`` is a widget per key, and
+    looks up each key's Unicode name to learn whether it types a character."""
+
+    COMPONENT_CLASSES = {"keys-line--key"}
+    DEFAULT_CSS = """
+    KeysLine { height: 1; background: $footer-background; color: $footer-foreground; }
+    KeysLine > .keys-line--key { color: $footer-key-foreground; text-style: bold; }
+    """
+
+    def show_keys(self, keys: list[tuple[str, str, str]]) -> None:
+        """``keys``: each key as shown, what it does, and the app's action it runs."""
+        key_style = self.get_component_rich_style("keys-line--key", partial=True)
+        line = [segment for shown, description, action in keys
+                for segment in (Segment(f" {shown} ", key_style + Style.from_meta({"@click": f"app.{action}"})),
+                                Segment(f"{description} ", Style.from_meta({"@click": f"app.{action}"})))]
+        self.show(tuple(keys), lambda width: [Segment.adjust_line_length(line, width) if width < _cells(line) else line])
+
+
+def _cells(line: list[Segment]) -> int:
+    return sum(segment.cell_length for segment in line)
