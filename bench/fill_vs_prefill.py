@@ -68,7 +68,8 @@ def rise(run: dict) -> int:
     return run["rss_peak_bytes"] - run["rss_baseline_bytes"]
 
 
-def compare(model: Path, depth: int, reps: int, n_gen: int, control: bool = False) -> dict:
+def compare(model: Path, depth: int, reps: int, n_gen: int, control: bool = False,
+            threads: int | None = None) -> dict:
     """Each arm (a label and its ``--fill``) ``reps`` times, fresh processes; the alternations go
     through every order of the arms in turn, so each follows each other equally often (with
     ``--control``, ``--reps`` a multiple of 6 balances them)."""
@@ -77,7 +78,8 @@ def compare(model: Path, depth: int, reps: int, n_gen: int, control: bool = Fals
     rows: dict[str, list[dict]] = {label: [] for label, _ in arms}
     for rep in range(reps):
         for label, fill in orders[rep % len(orders)]:
-            run, wall = cli("run", "-m", str(model), "--depth", str(depth), "--n-gen", str(n_gen), "--fill", fill)
+            run, wall = cli("run", "-m", str(model), "--depth", str(depth), "--n-gen", str(n_gen), "--fill", fill,
+                            *(("--threads", str(threads)) if threads else ()))
             rows[label].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "rise": rise(run),
                                "allocated": allocated(run), "wall": wall, "fill": run.get("fill")})
     out = {}
@@ -172,6 +174,9 @@ def main() -> None:
                     help="also triangulate the default 16k/32k/65k, filled")
     ap.add_argument("--no-compare", action="store_true", help="only the default depths (and --same-context)")
     ap.add_argument("--control", action="store_true", help="also a second real run in each alternation")
+    ap.add_argument("--threads", type=int, metavar="N",
+                    help="CPU threads of every run (default: llama.cpp's); 1 keeps two threads from "
+                         "waiting on each other at every step, which a 2-core VM's scheduler makes noisy")
     ap.add_argument("--same-context", type=int, default=0, metavar="N",
                     help="also N alternations of filled and real in one process and context per depth")
     args = ap.parse_args()
@@ -191,7 +196,7 @@ def main() -> None:
         results = []
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
-                result = compare(model, depth, args.reps, args.n_gen, args.control)
+                result = compare(model, depth, args.reps, args.n_gen, args.control, args.threads)
                 report(name, depth, result)
                 results.append((name, depth, result))
         if args.control:
