@@ -97,6 +97,7 @@ class CliffApp(App):
             self._run_job()
         self.set_interval(min(self.session.interval, 0.25), self._tick)
         self._layout_for(self.size)
+        self._draw_keys()
         self.session.drain()  # a sample taken while the app loaded is in the first frame
         self._draw()
         self.set_timer(1.0, self._settle)
@@ -191,7 +192,6 @@ class CliffApp(App):
         if self._has_projection():
             self._layout_for(self.size)
             self._draw_projection()
-        self._draw_keys()
 
     def _tier_parts(self) -> tuple[Part, ...]:
         """Every tier in one view, after the reason there is no VRAM tier where there is none:

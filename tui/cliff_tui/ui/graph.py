@@ -21,6 +21,7 @@ BARS = " ▁▂▃▄▅▆▇█"
 GAP = "·"  # no reading at that time
 MARK = "╌"
 _EIGHTHS = len(BARS) - 1
+_BAR_CHARS = tuple(BARS)  # one object per character: a string's own index makes a new one each time
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def _column(height: int | None, rows: int) -> tuple[str, ...]:
     """One column's characters, top first: a bar ``height`` eighths tall, or a gap."""
     if height is None:
         return (" ",) * (rows - 1) + (GAP,)
-    return tuple(BARS[min(max(height - (rows - 1 - row) * _EIGHTHS, 0), _EIGHTHS)] for row in range(rows))
+    return tuple(_BAR_CHARS[min(max(height - (rows - 1 - row) * _EIGHTHS, 0), _EIGHTHS)] for row in range(rows))
 
 
 def _runs(styles: list[Style]) -> list[tuple[int, int, Style]]:

@@ -62,9 +62,9 @@ class LineView(Widget):
         if len(self._strips) != len(old):
             self.refresh(layout=True)
             return
-        for y, (before, after) in enumerate(zip(old, self._strips)):
-            if before is not after:
-                self.refresh(Region(0, y, width, 1))
+        changed = [y for y, (before, after) in enumerate(zip(old, self._strips)) if before is not after]
+        if changed:
+            self.refresh(*_row_runs(changed, width))  # one refresh: each asks Textual for an idle pass
 
     def _make(self, width: int) -> list[list[Segment]]:
         """The parts' lines at ``width``, each part built again only where its key or the width
@@ -105,6 +105,18 @@ class LineView(Widget):
         if y < len(self._strips):
             return self._strips[y]
         return Strip.blank(width, self._base)
+
+
+def _row_runs(rows: list[int], width: int) -> list[Region]:
+    """Each run of consecutive rows as one region ``width`` wide."""
+    regions: list[Region] = []
+    start = previous = rows[0]
+    for y in rows[1:] + [-1]:
+        if y != previous + 1:
+            regions.append(Region(0, start, width, previous - start + 1))
+            start = y
+        previous = y
+    return regions
 
 
 class KeysLine(LineView):
