@@ -18,6 +18,12 @@ identical runs land apart on this machine, the resolution the 3 % goal is read a
 alternated, so that what differs between two fresh processes (where the allocator and the
 scheduler put them) does not.
 
+``--paired N``: N fresh processes per depth, each holding a filled context and a prefilled one
+(and with ``--control`` a second prefilled one) of one loaded model side by side, decoding a
+token in each in turn (the order rotating from token to token): a slow second of the machine
+falls on every arm alike, which runs seconds apart in fresh processes never share. Compared: the
+medians of the processes' decode tok/s per arm, and the median of the per-token ratios.
+
 Part 2 (``--default-depths``): ``triangulate`` with no ``--depths`` on SmolLM2, as a user runs it:
 the depths it chose and how it reached them, the time to the full answer, calibrations included
 (goal ≤ 5 minutes), and the projection's miss at 65k from the two shallower points (goal ≤ 2 %).
@@ -157,6 +163,77 @@ def same_context(model: Path, depth: int, reps: int, n_gen: int = 32) -> tuple[l
     return rates["synthetic"], rates["real"]
 
 
+PAIRED_ROUNDS = 4  # each arm decodes n_gen tokens from the depth this many times, cut back between
+
+
+def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: int | None) -> dict[str, list[float]]:
+    """In this process: one context per arm of one loaded model, each brought to ``depth`` as its
+    arm says ("synthetic": filled, then the last call prefilled; else prefilled for real), then a
+    token decoded in each in turn. Returns each arm's per-token seconds, in the order decoded."""
+    from cliff_tui.engine.fill import KvFiller, learn_tokens
+    from cliff_tui.engine.llama import Context, LoadedModel
+    from cliff_tui.engine.runner import context_size, largest_prefill_call, resolve_settings
+    from cliff_tui.engine.tokens import prompt_tokens
+    from cliff_tui.events import RunSettings
+
+    settings, _ = resolve_settings(RunSettings(model, depth, n_gen, threads=threads))
+    loaded = LoadedModel(settings.model_path, settings.n_gpu_layers)
+    tokens = prompt_tokens(loaded, depth, None).tokens
+    contexts: dict[str, Context] = {}
+    for arm in arms:
+        context = contexts[arm] = Context(loaded, context_size(settings), settings)
+        tail = largest_prefill_call(depth, 7, context.n_ubatch)
+        start = 0
+        if arm == "synthetic":
+            with KvFiller(context, tokens[:learn_tokens(loaded)], None, tail) as filler:
+                filler.fill(tokens[:depth - tail])
+            start = depth - tail
+        for at in range(start, depth, tail):
+            context.decode(tokens[at:min(depth, at + tail)])
+    seconds: dict[str, list[float]] = {arm: [] for arm in arms}
+    for _ in range(PAIRED_ROUNDS):
+        decoders = {arm: context.timed_greedy_decode(n_gen) for arm, context in contexts.items()}
+        for i in range(n_gen):
+            for arm in arms[i % len(arms):] + arms[:i % len(arms)]:
+                seconds[arm].append(next(decoders[arm])[1])
+        for context in contexts.values():
+            context.truncate(depth)
+    for context in contexts.values():
+        context.free()
+    loaded.free()
+    return seconds
+
+
+def paired(model: Path, depth: int, reps: int, n_gen: int, control: bool, threads: int | None) -> dict:
+    """``reps`` fresh processes of :func:`paired_child`, the arms' contexts made in a rotating order."""
+    arms = ["synthetic", "real"] + (["real, again"] if control else [])
+    rates: dict[str, list[float]] = {arm: [] for arm in arms}
+    ratios: dict[str, list[float]] = {arm: [] for arm in arms}
+    for rep in range(reps):
+        order = arms[rep % len(arms):] + arms[:rep % len(arms)]
+        job = json.dumps({"model": str(model), "depth": depth, "n_gen": n_gen, "arms": order, "threads": threads})
+        proc = subprocess.run([sys.executable, __file__, "--paired-child", job], capture_output=True, text=True,
+                              env=ENV, cwd=ROOT, timeout=3600, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(f"a paired run failed: {proc.stderr[-800:]}")
+        seconds = json.loads(proc.stdout.splitlines()[-1])
+        for arm in arms:
+            rates[arm].append(1 / statistics.median(seconds[arm]))
+            ratios[arm] += [r / a for r, a in zip(seconds["real"], seconds[arm])]  # > 1: this arm faster
+    return {"rates": rates, "ratios": ratios}
+
+
+def report_paired(name: str, depth: int, result: dict, arm: str) -> None:
+    mine, real = result["rates"][arm], result["rates"]["real"]
+    m, r = statistics.median(mine), statistics.median(real)
+    spread = max(max(mine) - min(mine), max(real) - min(real)) / 2
+    apart = abs(m - r) / r * 100
+    per_token = (statistics.median(result["ratios"][arm]) - 1) * 100
+    print(f"| {name} | {depth:,} | {arm} | {m:.1f} | {r:.1f} | {apart:.1f} % "
+          f"{'(within spread)' if abs(m - r) <= spread else '(OUTSIDE spread)'} | ± {spread:.1f} | "
+          f"{per_token:+.1f} % | {len(mine)} × {len(result['ratios'][arm]) // len(mine)} |", flush=True)
+
+
 def report_same_context(name: str, depth: int, filled: list[float], real: list[float]) -> None:
     f, r = statistics.median(filled), statistics.median(real)
     spread = max(max(filled) - min(filled), max(real) - min(real)) / 2
@@ -177,9 +254,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, metavar="N",
                     help="CPU threads of every run (default: llama.cpp's); 1 keeps two threads from "
                          "waiting on each other at every step, which a 2-core VM's scheduler makes noisy")
+    ap.add_argument("--paired", type=int, default=0, metavar="N",
+                    help="also N fresh processes per depth decoding filled and real contexts token by token in turn")
+    ap.add_argument("--paired-child", help=argparse.SUPPRESS)
     ap.add_argument("--same-context", type=int, default=0, metavar="N",
                     help="also N alternations of filled and real in one process and context per depth")
     args = ap.parse_args()
+    if args.paired_child:
+        job = json.loads(args.paired_child)
+        print(json.dumps(paired_child(job["model"], job["depth"], job["n_gen"], job["arms"], job["threads"])))
+        return
     print(machine_line())
     print(command_line(__file__))
     load = OtherLoad()
@@ -212,6 +296,16 @@ def main() -> None:
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
                 report_same_context(name, depth, *same_context(model, depth, args.same_context, args.n_gen))
+    if args.paired:
+        print("\n| model | depth | arm | its tok/s | real tok/s | apart | spread | per token, against real | "
+              "processes × tokens |")
+        print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for name, model in models:
+            for depth in (parse_tokens(d) for d in args.depths.split(",")):
+                result = paired(model, depth, args.paired, args.n_gen, args.control, args.threads)
+                for arm in result["rates"]:
+                    if arm != "real":
+                        report_paired(name, depth, result, arm)
     if args.default_depths:
         default_depths(models[0][1])
     print("\n" + load.stop().describe())
