@@ -163,13 +163,16 @@ def same_context(model: Path, depth: int, reps: int, n_gen: int = 32) -> tuple[l
     return rates["synthetic"], rates["real"]
 
 
+RING = "synthetic, last ring real"
 PAIRED_ROUNDS = 4  # each arm decodes n_gen tokens from the depth this many times, cut back between
 
 
 def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: int | None) -> dict[str, list[float]]:
     """In this process: one context per arm of one loaded model, each brought to ``depth`` as its
-    arm says ("synthetic": filled, then the last call prefilled; else prefilled for real), then a
-    token decoded in each in turn. Returns each arm's per-token seconds, in the order decoded."""
+    arm says ("synthetic": filled, then the last call prefilled; "synthetic, last ring real":
+    filled, then a sliding-window cache's whole ring, window + ubatch, prefilled; else prefilled
+    for real), then a token decoded in each in turn. Returns each arm's per-token seconds, in the
+    order decoded."""
     from cliff_tui.engine.fill import KvFiller, learn_tokens
     from cliff_tui.engine.llama import Context, LoadedModel
     from cliff_tui.engine.runner import context_size, largest_prefill_call, resolve_settings
@@ -183,11 +186,10 @@ def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: i
     for arm in arms:
         context = contexts[arm] = Context(loaded, context_size(settings), settings)
         tail = largest_prefill_call(depth, 7, context.n_ubatch)
-        start = 0
-        if arm == "synthetic":
+        start = {"synthetic": depth - tail, RING: depth - max(tail, loaded.n_swa() + context.n_ubatch)}.get(arm, 0)
+        if start > 0:
             with KvFiller(context, tokens[:learn_tokens(loaded)], None, tail) as filler:
-                filler.fill(tokens[:depth - tail])
-            start = depth - tail
+                filler.fill(tokens[:start])
         for at in range(start, depth, tail):
             context.decode(tokens[at:min(depth, at + tail)])
     seconds: dict[str, list[float]] = {arm: [] for arm in arms}
@@ -204,9 +206,10 @@ def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: i
     return seconds
 
 
-def paired(model: Path, depth: int, reps: int, n_gen: int, control: bool, threads: int | None) -> dict:
+def paired(model: Path, depth: int, reps: int, n_gen: int, control: bool, threads: int | None,
+           ring: bool = False) -> dict:
     """``reps`` fresh processes of :func:`paired_child`, the arms' contexts made in a rotating order."""
-    arms = ["synthetic", "real"] + (["real, again"] if control else [])
+    arms = ["synthetic", "real"] + (["real, again"] if control else []) + ([RING] if ring else [])
     rates: dict[str, list[float]] = {arm: [] for arm in arms}
     ratios: dict[str, list[float]] = {arm: [] for arm in arms}
     for rep in range(reps):
@@ -256,6 +259,8 @@ def main() -> None:
                          "waiting on each other at every step, which a 2-core VM's scheduler makes noisy")
     ap.add_argument("--paired", type=int, default=0, metavar="N",
                     help="also N fresh processes per depth decoding filled and real contexts token by token in turn")
+    ap.add_argument("--ring", action="store_true",
+                    help="with --paired, also a filled context whose sliding-window ring is prefilled for real")
     ap.add_argument("--paired-child", help=argparse.SUPPRESS)
     ap.add_argument("--same-context", type=int, default=0, metavar="N",
                     help="also N alternations of filled and real in one process and context per depth")
@@ -302,7 +307,7 @@ def main() -> None:
         print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
-                result = paired(model, depth, args.paired, args.n_gen, args.control, args.threads)
+                result = paired(model, depth, args.paired, args.n_gen, args.control, args.threads, args.ring)
                 for arm in result["rates"]:
                     if arm != "real":
                         report_paired(name, depth, result, arm)
