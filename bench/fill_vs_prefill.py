@@ -1,7 +1,7 @@
 """Does a filled KV cache measure what a prefilled one does? And the default 16k/32k/65k, filled.
 
-    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--control] [--same-context N]
-                                    [--default-depths]
+    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--control] [--threads N]
+                                    [--same-context N] [--paired N [--ring]] [--default-depths]
 
 Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window attention): a
 ``run --fill synthetic`` and a ``run --fill real``, each in a fresh process, alternated, ``--reps``
@@ -23,6 +23,8 @@ scheduler put them) does not.
 token in each in turn (the order rotating from token to token): a slow second of the machine
 falls on every arm alike, which runs seconds apart in fresh processes never share. Compared: the
 medians of the processes' decode tok/s per arm, and the median of the per-token ratios.
+``--ring`` adds a filled context whose sliding-window ring (window + ubatch tokens) is prefilled
+for real: where a filled sliding-window cache differs from a prefilled one.
 
 Part 2 (``--default-depths``): ``triangulate`` with no ``--depths`` on SmolLM2, as a user runs it:
 the depths it chose and how it reached them, the time to the full answer, calibrations included
