@@ -22,6 +22,7 @@ GAP = "·"  # no reading at that time
 MARK = "╌"
 _EIGHTHS = len(BARS) - 1
 _BAR_CHARS = tuple(BARS)  # one object per character: a string's own index makes a new one each time
+ONE_CELL = frozenset(BARS + GAP + MARK)  # every character a graph draws is one cell wide
 
 
 @dataclass(frozen=True)
