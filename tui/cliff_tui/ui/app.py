@@ -204,7 +204,7 @@ class CliffApp(App):
         parts: tuple[Part, ...] = ()
         if reason:
             parts = (((reason,), lambda w: render.wrapped(reason, render.AMBER, w)),)
-        rows = self._graph_rows(panels, len(render.wrapped(reason, None, width)) if reason else 0)
+        rows = self._graph_rows(panels, len(render.wrapped(reason, render.AMBER, width)) if reason else 0)
         return parts + tuple(part for panel in render.with_rows(panels, rows) for part in panel.parts)
 
     def _graph_rows(self, panels: list[render.Panel], taken: int) -> int:
