@@ -1,7 +1,7 @@
 """Does a filled KV cache measure what a prefilled one does? And the default 16k/32k/65k, filled.
 
     python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--control] [--threads N]
-                                    [--same-context N] [--paired N [--ring]] [--default-depths]
+                                    [--same-context N] [--paired N [--packed]] [--default-depths]
 
 Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window attention): a
 ``run --fill synthetic`` and a ``run --fill real``, each in a fresh process, alternated, ``--reps``
@@ -23,8 +23,9 @@ scheduler put them) does not.
 token in each in turn (the order rotating from token to token): a slow second of the machine
 falls on every arm alike, which runs seconds apart in fresh processes never share. Compared: the
 medians of the processes' decode tok/s per arm, and the median of the per-token ratios.
-``--ring`` adds a filled context whose sliding-window ring (window + ubatch tokens) is prefilled
-for real: where a filled sliding-window cache differs from a prefilled one.
+A filled sliding-window model prefills its window's ring (window + ubatch tokens) for real, as
+``run`` does; ``--packed`` adds a filled context with only the last call prefilled, its window's
+cells left packed as the state loads them: what that ring prefill changes.
 
 Part 2 (``--default-depths``): ``triangulate`` with no ``--depths`` on SmolLM2, as a user runs it:
 the depths it chose and how it reached them, the time to the full answer, calibrations included
@@ -133,7 +134,7 @@ def same_context(model: Path, depth: int, reps: int, n_gen: int = 32) -> tuple[l
     changes, without what differs between two processes."""
     from cliff_tui.engine.fill import KvFiller, learn_tokens
     from cliff_tui.engine.llama import Context, LoadedModel
-    from cliff_tui.engine.runner import context_size, largest_prefill_call, resolve_settings
+    from cliff_tui.engine.runner import context_size, filled_tail, largest_prefill_call, resolve_settings
     from cliff_tui.engine.tokens import prompt_tokens
     from cliff_tui.events import RunSettings
 
@@ -141,7 +142,8 @@ def same_context(model: Path, depth: int, reps: int, n_gen: int = 32) -> tuple[l
     loaded = LoadedModel(settings.model_path, settings.n_gpu_layers)
     context = Context(loaded, context_size(settings), settings)
     tokens = prompt_tokens(loaded, depth, None).tokens
-    tail = largest_prefill_call(depth, 7, context.n_ubatch)
+    call = largest_prefill_call(depth, 7, context.n_ubatch)
+    tail = filled_tail(depth, 7, context.n_ubatch, loaded.n_swa())
     rates: dict[str, list[float]] = {"synthetic": [], "real": []}
 
     def decode_rate() -> float:
@@ -149,10 +151,10 @@ def same_context(model: Path, depth: int, reps: int, n_gen: int = 32) -> tuple[l
         return 1 / statistics.median(per_token)
 
     def prefill(start: int) -> None:
-        for at in range(start, depth, tail):
-            context.decode(tokens[at:min(depth, at + tail)])
+        for at in range(start, depth, call):
+            context.decode(tokens[at:min(depth, at + call)])
 
-    with KvFiller(context, tokens[:learn_tokens(loaded)], None, tail) as filler:
+    with KvFiller(context, tokens[:learn_tokens(loaded)], None, call) as filler:
         for rep in range(reps):
             for fill in (("synthetic", "real") if rep % 2 == 0 else ("real", "synthetic")):
                 context.clear()
@@ -165,19 +167,19 @@ def same_context(model: Path, depth: int, reps: int, n_gen: int = 32) -> tuple[l
     return rates["synthetic"], rates["real"]
 
 
-RING = "synthetic, last ring real"
+PACKED = "synthetic, window packed"
 PAIRED_ROUNDS = 4  # each arm decodes n_gen tokens from the depth this many times, cut back between
 
 
 def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: int | None) -> dict[str, list[float]]:
     """In this process: one context per arm of one loaded model, each brought to ``depth`` as its
-    arm says ("synthetic": filled, then the last call prefilled; "synthetic, last ring real":
-    filled, then a sliding-window cache's whole ring, window + ubatch, prefilled; else prefilled
-    for real), then a token decoded in each in turn. Returns each arm's per-token seconds, in the
+    arm says ("synthetic": filled as ``run`` fills, then the last call, or a sliding-window cache's
+    whole ring, prefilled; "synthetic, window packed": filled, then only the last call prefilled;
+    else prefilled for real), then a token decoded in each in turn. Returns each arm's per-token seconds, in the
     order decoded."""
     from cliff_tui.engine.fill import KvFiller, learn_tokens
     from cliff_tui.engine.llama import Context, LoadedModel
-    from cliff_tui.engine.runner import context_size, largest_prefill_call, resolve_settings
+    from cliff_tui.engine.runner import context_size, filled_tail, largest_prefill_call, resolve_settings
     from cliff_tui.engine.tokens import prompt_tokens
     from cliff_tui.events import RunSettings
 
@@ -187,13 +189,14 @@ def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: i
     contexts: dict[str, Context] = {}
     for arm in arms:
         context = contexts[arm] = Context(loaded, context_size(settings), settings)
-        tail = largest_prefill_call(depth, 7, context.n_ubatch)
-        start = {"synthetic": depth - tail, RING: depth - max(tail, loaded.n_swa() + context.n_ubatch)}.get(arm, 0)
+        call = largest_prefill_call(depth, 7, context.n_ubatch)
+        start = {"synthetic": depth - filled_tail(depth, 7, context.n_ubatch, loaded.n_swa()),
+                 PACKED: depth - call}.get(arm, 0)
         if start > 0:
-            with KvFiller(context, tokens[:learn_tokens(loaded)], None, tail) as filler:
+            with KvFiller(context, tokens[:learn_tokens(loaded)], None, call) as filler:
                 filler.fill(tokens[:start])
-        for at in range(start, depth, tail):
-            context.decode(tokens[at:min(depth, at + tail)])
+        for at in range(start, depth, call):
+            context.decode(tokens[at:min(depth, at + call)])
     seconds: dict[str, list[float]] = {arm: [] for arm in arms}
     for _ in range(PAIRED_ROUNDS):
         decoders = {arm: context.timed_greedy_decode(n_gen) for arm, context in contexts.items()}
@@ -209,9 +212,9 @@ def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: i
 
 
 def paired(model: Path, depth: int, reps: int, n_gen: int, control: bool, threads: int | None,
-           ring: bool = False) -> dict:
+           packed: bool = False) -> dict:
     """``reps`` fresh processes of :func:`paired_child`, the arms' contexts made in a rotating order."""
-    arms = ["synthetic", "real"] + (["real, again"] if control else []) + ([RING] if ring else [])
+    arms = ["synthetic", "real"] + (["real, again"] if control else []) + ([PACKED] if packed else [])
     rates: dict[str, list[float]] = {arm: [] for arm in arms}
     ratios: dict[str, list[float]] = {arm: [] for arm in arms}
     for rep in range(reps):
@@ -261,8 +264,8 @@ def main() -> None:
                          "waiting on each other at every step, which a 2-core VM's scheduler makes noisy")
     ap.add_argument("--paired", type=int, default=0, metavar="N",
                     help="also N fresh processes per depth decoding filled and real contexts token by token in turn")
-    ap.add_argument("--ring", action="store_true",
-                    help="with --paired, also a filled context whose sliding-window ring is prefilled for real")
+    ap.add_argument("--packed", action="store_true",
+                    help="with --paired, also a filled context whose sliding-window cells are left packed")
     ap.add_argument("--paired-child", help=argparse.SUPPRESS)
     ap.add_argument("--same-context", type=int, default=0, metavar="N",
                     help="also N alternations of filled and real in one process and context per depth")
@@ -309,7 +312,7 @@ def main() -> None:
         print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for name, model in models:
             for depth in (parse_tokens(d) for d in args.depths.split(",")):
-                result = paired(model, depth, args.paired, args.n_gen, args.control, args.threads, args.ring)
+                result = paired(model, depth, args.paired, args.n_gen, args.control, args.threads, args.packed)
                 for arm in result["rates"]:
                     if arm != "real":
                         report_paired(name, depth, result, arm)

@@ -126,6 +126,10 @@ def test_a_filled_triangulation_is_estimated_by_its_last_calls_not_the_whole_pre
     # each point probes only deeper than the one before: starting at 32k leaves the 65k point alone
     assert estimate_filled_seconds(cpu, [65_000], 64, per_cell, 512, reached=32_000) < \
         estimate_filled_seconds(cpu, [65_000], 64, per_cell, 512)
+    # a sliding-window model prefills its window's ring (window + ubatch) at depth and before each probe
+    swa = estimate_filled_seconds(cpu, DEFAULT_DEPTHS, 64, per_cell, 512, n_swa=512)
+    ring_at_depth = sum(cpu.prefill_seconds(d - 1024, d - 512) for d in DEFAULT_DEPTHS)
+    assert swa > filled + ring_at_depth + cpu.prefill_seconds(56_875 - 1024, 56_875)
 
 
 def test_bad_depths_and_kv_types_exit_2(tiny_model):

@@ -84,7 +84,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
 def _add_fill_flag(p: argparse.ArgumentParser, auto: str) -> None:
     p.add_argument("--fill", choices=("auto", "real", "synthetic"), default="auto",
                    help="how the KV cache reaches depth: real prefill, or synthetic (cells loaded from a "
-                        f"state written to disk, only the last ubatch prefilled); auto: {auto}")
+                        "state written to disk, only the last ubatch, or a sliding window's ring, prefilled); "
+                        f"auto: {auto}")
 
 
 def _add_output_flags(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,8 @@
 3. deep prefill to ``depth`` in batches, with short decode probes on the way (they give the
    depth trend that sign 3 is judged against, and are removed from the cache after); or, with
    ``fill="synthetic"``, KV cells loaded to each probe depth and to one ubatch short of ``depth``
-   (engine.fill), and only that last ubatch prefilled;
+   (engine.fill), and only that last ubatch prefilled (a sliding-window model prefills its
+   window's ring of cells for real, see :func:`window_ring`);
 4. ``n_gen`` tokens of decode at depth, in windows; the memory peak is tracked throughout.
 """
 
@@ -83,6 +84,20 @@ def largest_prefill_call(depth: int, probes: int, n_ubatch: int) -> int:
     """The longest ``llama_decode`` call a real prefill to ``depth`` makes: one ubatch, or less
     where the probes come closer together."""
     return min(n_ubatch, depth - max(probe_depths(depth, probes), default=0))
+
+
+def window_ring(n_swa: int, n_ubatch: int) -> int:
+    """The cells a sliding-window cache cycles through (its window and one ubatch), 0 without one.
+    A loaded state packs its window's cells together where a prefill leaves them spread around
+    this ring, and decode runs a few % faster on packed cells: a filled run prefills the ring's
+    worth of tokens for real before it measures, so its cache is laid out as a prefilled one."""
+    return n_swa + n_ubatch if n_swa > 0 else 0
+
+
+def filled_tail(depth: int, probes: int, n_ubatch: int, n_swa: int) -> int:
+    """The tokens a filled run to ``depth`` prefills for real at its end: the longest call a real
+    prefill makes (so the compute buffers are touched as far), or the window's ring if longer."""
+    return min(depth, max(largest_prefill_call(depth, probes, n_ubatch), window_ring(n_swa, n_ubatch)))
 
 
 def window_closes(n_tokens: int, seconds: float, limit: int, options: RunOptions) -> bool:
@@ -246,12 +261,13 @@ class Run:
         measured = max((p.depth for p in opt.prior_points), default=0)  # an earlier point probed up to here
         checkpoints = probe_depths(s.depth, opt.probes, measured)
         largest_call = largest_prefill_call(s.depth, opt.probes, context.n_ubatch)
-        reached, points = 0, []
+        step, reached, points = context.n_ubatch, 0, []
         if opt.state_in:
             reached = min(context.load_state(opt.state_in), s.depth)
             context.truncate(reached)
         elif opt.fill == "synthetic":
             reached, points = self._fill(model, context, tokens, checkpoints, largest_call)
+            step = largest_call
         started_from = reached
         probed = {p.depth for p in points}
         checkpoints = [c for c in checkpoints if c > reached and c not in probed]
@@ -262,7 +278,7 @@ class Run:
             while reached < s.depth:
                 # one ubatch per call: llama.cpp splits a batch into ubatches anyway, and smaller
                 # calls give a live depth and ETA
-                stop = min(s.depth, reached + context.n_ubatch, *(c for c in checkpoints if c > reached))
+                stop = min(s.depth, reached + step, *(c for c in checkpoints if c > reached))
                 t = time.perf_counter()
                 context.decode(tokens[reached:stop])
                 context.synchronize()
@@ -285,19 +301,21 @@ class Run:
         return started_from, prefill_rate, points
 
     def _fill(self, model: LoadedModel, context: Context, tokens: list[int], checkpoints: list[int],
-              tail: int) -> tuple[int, list[DecodePoint]]:
-        """Load cells to each probe depth and probe there, then to ``tail`` tokens short of depth
-        (those are prefilled for real, as one call, the largest a real prefill would make, so the
-        compute buffers are touched as far as a real prefill touches them); (0, no points) where
-        the cache cannot be filled, said in a notice."""
-        target = self.settings.depth - tail
+              call: int) -> tuple[int, list[DecodePoint]]:
+        """Load cells to each probe depth and probe there, then to :func:`filled_tail` tokens
+        short of depth (the caller prefills those for real, in calls of at most ``call``, the
+        largest a real prefill would make); (0, no points) where the cache cannot be filled, said
+        in a notice."""
+        ring = window_ring(model.n_swa(), context.n_ubatch)
+        target = self.settings.depth - filled_tail(self.settings.depth, self.options.probes, context.n_ubatch,
+                                                   model.n_swa())
         try:
             why = unfillable_reason(model, self.architecture)
             if why is None and target <= learn_tokens(model):
                 why = f"{self.settings.depth:,} tokens is too shallow to fill"
             if why is not None:
                 raise FillUnavailable(why)
-            points = self._filled_probes(model, context, tokens, checkpoints, target, tail)
+            points = self._filled_probes(model, context, tokens, checkpoints, target, call, ring)
         except FillUnavailable as exc:
             context.clear()
             self.publish(Notice(time.time(), f"the KV cache is prefilled for real: {exc}", "warning"))
@@ -308,13 +326,21 @@ class Run:
         return target, points
 
     def _filled_probes(self, model: LoadedModel, context: Context, tokens: list[int], checkpoints: list[int],
-                       target: int, call: int) -> list[DecodePoint]:
+                       target: int, call: int, ring: int) -> list[DecodePoint]:
+        """Probe at each checkpoint, its cells loaded up to ``ring`` short of it and the rest
+        prefilled; leave the context filled to ``target``."""
         points: list[DecodePoint] = []
         self._progress("prefill", 0, force=True)
         with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir, call) as filler:
             for depth in checkpoints:
                 self._check_cancel()
-                filler.fill(tokens[:depth])
+                loaded = depth - ring if depth - ring > learn_tokens(model) else 0
+                if loaded:
+                    filler.fill(tokens[:loaded])
+                else:
+                    context.clear()
+                for start in range(loaded, depth, call):
+                    context.decode(tokens[start:min(depth, start + call)])
                 self._progress("prefill", depth, force=True)
                 points.append(self._probe(model, context, depth))
             filler.fill(tokens[:target])

@@ -25,7 +25,7 @@ from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.engine.fill import FillChoice, choose_fill
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.runner import (
-    RunOptions, context_size, largest_prefill_call, probe_depths, resolve_settings, window_length,
+    RunOptions, context_size, filled_tail, probe_depths, resolve_settings, window_length, window_ring,
 )
 from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
 from cliff_tui.jobs import OnWorker, Outcome, Publish
@@ -66,20 +66,28 @@ def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int,
 
 
 def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, bytes_per_cell: float,
-                            ubatch: int, options: RunOptions = POINT_OPTIONS, reached: int = 0) -> float:
+                            ubatch: int, options: RunOptions = POINT_OPTIONS, reached: int = 0,
+                            n_swa: int = 0) -> float:
     """Wall time of a filled triangulation: per point, each probe depth above the last point's
-    and the depth itself written, loaded and checked with a decode, the probes, and one call of
-    real prefill at depth."""
+    and the depth itself written (up to a sliding window's ring short of it), loaded and checked
+    with a decode, the rest prefilled, the probes, and the real prefill at depth."""
+    ring = window_ring(n_swa, ubatch)
     total = 0.0
     for depth in sorted(depths):
-        tail_from = depth - largest_prefill_call(depth, options.probes, ubatch)
-        filled = [*probe_depths(depth, options.probes, reached), tail_from]
+        tail_from = depth - filled_tail(depth, options.probes, ubatch, n_swa)
+        probed = [(max(0, d - ring), d) for d in probe_depths(depth, options.probes, reached)]
         total += _point_overhead(profile, depth, n_gen, options)
-        total += sum(d * bytes_per_cell / FILL_BYTES_PER_S + profile.decode_seconds(d, 1) for d in filled)
+        total += sum(_fill_seconds(profile, d, bytes_per_cell) for d in (*(a for a, _ in probed), tail_from) if d)
+        total += sum(profile.prefill_seconds(a, d) for a, d in probed)
         total += _probe_seconds(profile, depth, reached, options)
         total += profile.prefill_seconds(tail_from, depth)
         reached = depth
     return total
+
+
+def _fill_seconds(profile: PrefillProfile, depth: int, bytes_per_cell: float) -> float:
+    """Writing a state of ``depth`` cells, loading it, and the decode that checks it."""
+    return depth * bytes_per_cell / FILL_BYTES_PER_S + profile.decode_seconds(depth, 1)
 
 
 def _probe_seconds(profile: PrefillProfile, depth: int, above: int, options: RunOptions) -> float:
@@ -222,7 +230,8 @@ class TriangulateJob:
             k, v = self.kv_types[0]
             per_cell = (kv_bytes_per_token(self.model, k, v) if self.model else None) or 0
             ubatch = min(self.base.ubatch_size, self.base.batch_size)
-            return estimate_filled_seconds(self.profile, depths, n_gen, per_cell, ubatch, opt, reached)
+            n_swa = (self.model.sliding_window or 0) if self.model else 0
+            return estimate_filled_seconds(self.profile, depths, n_gen, per_cell, ubatch, opt, reached, n_swa)
         return estimate_seconds(self.profile, depths, n_gen, self.chain, opt, reached if self.chain else 0)
 
     def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Publish, cancel: threading.Event,
