@@ -175,9 +175,26 @@ def test_sliding_window_and_mla_caches_fill(tmp_path, arch):
         context.free()
         model.free()
     result = Run(RunSettings(str(path), 1536, 8), lambda e: None, options=RunOptions(fill="synthetic")).execute()
-    # the gap between probes; a sliding window's ring of cells, window and ubatch, laid out as a prefill lays it
-    tail = 128 + 512 if arch == "gemma3" else 1536 // 8
-    assert result.fill == "synthetic" and result.prefilled_tokens == tail
+    if arch == "deepseek2":
+        assert result.fill == "synthetic" and result.prefilled_tokens == 1536 // 8  # the gap between probes
+    else:  # the probes come closer than a window's ring: prefilling on from one to the next is the shorter way
+        assert result.fill == "real" and result.prefilled_tokens == 1536 // 8
+
+
+def test_a_filled_sliding_window_cache_has_its_ring_prefilled_for_real(tmp_path, monkeypatch):
+    """Loaded, a window's cells sit packed where a prefill leaves them spread around the ring
+    (window + ubatch cells): before each probe and at depth that much is prefilled for real."""
+    path = write_tiny("gemma3", tmp_path)  # a window of 128
+    loaded, fill_to = [], KvFiller.fill
+    monkeypatch.setattr(KvFiller, "fill", lambda self, tokens: (loaded.append(len(tokens)), fill_to(self, tokens)))
+    events = []
+    settings = RunSettings(str(path), 4096, 8, batch_size=128, ubatch_size=128)
+    result = Run(settings, events.append, options=RunOptions(fill="synthetic")).execute()
+    assert result.fill == "synthetic" and result.prefilled_tokens == 128 + 128
+    probes = [p.depth for p in result.decode_points if p.phase == "probe"]
+    assert probes == [512 * k for k in range(1, 8)] and loaded == [d - 256 for d in probes] + [4096 - 256]
+    assert any(isinstance(e, Notice) and e.text.startswith("KV filled to 3,840 cells; prefill measured on the "
+                                                           "last 256 tokens") for e in events)
 
 
 def _cli_run(model, fill_mode: str, depth: int, *flags: str) -> dict:

@@ -271,8 +271,12 @@ def unfillable_reason(model: LoadedModel, architecture: str | None) -> str | Non
 
 
 def learn_tokens(model: LoadedModel) -> int:
+    return learn_count(model.n_swa())
+
+
+def learn_count(n_swa: int) -> int:
     """Enough tokens that a sliding-window cache shows which positions it keeps."""
-    return LEARN_TOKENS + max(0, model.n_swa())
+    return LEARN_TOKENS + max(0, n_swa)
 
 
 class KvFiller:
@@ -282,6 +286,7 @@ class KvFiller:
     def __init__(self, context: Context, tokens: Sequence[int], folder: str | None = None,
                  call: int | None = None) -> None:
         self.context = context
+        self.loaded = False  # whether a filled state is in the context now or was before
         self.folder = tempfile.mkdtemp(prefix="cliff-tui-fill-", dir=folder)
         try:
             self.layout = self._learn(tokens, min(call or context.n_ubatch, context.n_ubatch))
@@ -317,6 +322,7 @@ class KvFiller:
             if os.path.exists(path):
                 os.remove(path)
         self._check_decode(tokens[-1], depth)
+        self.loaded = True
 
     def _check_room(self, depth: int) -> None:
         need, free = self.layout.nbytes(depth), shutil.disk_usage(self.folder).free

@@ -5,9 +5,9 @@
 2. baseline: memory, and decode tok/s after a minimal prompt;
 3. deep prefill to ``depth`` in batches, with short decode probes on the way (they give the
    depth trend that sign 3 is judged against, and are removed from the cache after); or, with
-   ``fill="synthetic"``, KV cells loaded to each probe depth and to one ubatch short of ``depth``
-   (engine.fill), and only that last ubatch prefilled (a sliding-window model prefills its
-   window's ring of cells for real, see :func:`window_ring`);
+   ``fill="synthetic"``, KV cells loaded (engine.fill) on the way to each probe depth and to
+   depth, only the last call prefilled for real, or a sliding-window model's whole ring of cells
+   (:func:`window_ring`), or the stretch from the probe before where that is shorter;
 4. ``n_gen`` tokens of decode at depth, in windows; the memory peak is tracked throughout.
 """
 
@@ -98,6 +98,14 @@ def filled_tail(depth: int, probes: int, n_ubatch: int, n_swa: int) -> int:
     """The tokens a filled run to ``depth`` prefills for real at its end: the longest call a real
     prefill makes (so the compute buffers are touched as far), or the window's ring if longer."""
     return min(depth, max(largest_prefill_call(depth, probes, n_ubatch), window_ring(n_swa, n_ubatch)))
+
+
+def filled_load(reached: int, depth: int, tail: int, learned: int) -> int:
+    """Where a filled run that holds ``reached`` cells and must reach ``depth``, the last ``tail``
+    tokens prefilled for real, loads a state: ``depth − tail``, or 0 (load nothing, prefill on
+    from ``reached``) where that is no deeper than what it holds or than the learned layout."""
+    start = depth - tail
+    return start if start > max(reached, learned) else 0
 
 
 def window_closes(n_tokens: int, seconds: float, limit: int, options: RunOptions) -> bool:
@@ -302,49 +310,57 @@ class Run:
 
     def _fill(self, model: LoadedModel, context: Context, tokens: list[int], checkpoints: list[int],
               call: int) -> tuple[int, list[DecodePoint]]:
-        """Load cells to each probe depth and probe there, then to :func:`filled_tail` tokens
-        short of depth (the caller prefills those for real, in calls of at most ``call``, the
-        largest a real prefill would make); (0, no points) where the cache cannot be filled, said
-        in a notice."""
-        ring = window_ring(model.n_swa(), context.n_ubatch)
-        target = self.settings.depth - filled_tail(self.settings.depth, self.options.probes, context.n_ubatch,
-                                                   model.n_swa())
+        """Bring the cache to each probe depth and probe there, then to :func:`filled_tail`
+        tokens short of depth or the last probe, whichever is deeper (the caller prefills the
+        rest for real, in calls of at most ``call``, the largest a real prefill would make).
+        Returns the depth reached and the points; (0, no points) where the cache cannot be
+        filled, said in a notice."""
+        tail = filled_tail(self.settings.depth, self.options.probes, context.n_ubatch, model.n_swa())
         try:
             why = unfillable_reason(model, self.architecture)
-            if why is None and target <= learn_tokens(model):
+            if why is None and self.settings.depth - tail <= learn_tokens(model):
                 why = f"{self.settings.depth:,} tokens is too shallow to fill"
             if why is not None:
                 raise FillUnavailable(why)
-            points = self._filled_probes(model, context, tokens, checkpoints, target, call, ring)
+            with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir, call) as filler:
+                reached, points = self._filled_probes(filler, model, tokens, checkpoints, call)
+                reached = self._reach(filler, tokens, reached, self.settings.depth, tail, None)
         except FillUnavailable as exc:
             context.clear()
             self.publish(Notice(time.time(), f"the KV cache is prefilled for real: {exc}", "warning"))
             return 0, []
         return_freed_memory()  # the filler is gone: its learned rows and chunks are free
         self.tracker.forget_host_peaks(self.sampler.sample())
-        self.fill = "synthetic"
-        return target, points
+        if filler.loaded:
+            self.fill = "synthetic"
+        return reached, points
 
-    def _filled_probes(self, model: LoadedModel, context: Context, tokens: list[int], checkpoints: list[int],
-                       target: int, call: int, ring: int) -> list[DecodePoint]:
-        """Probe at each checkpoint, its cells loaded up to ``ring`` short of it and the rest
-        prefilled; leave the context filled to ``target``."""
+    def _filled_probes(self, filler: KvFiller, model: LoadedModel, tokens: list[int], checkpoints: list[int],
+                       call: int) -> tuple[int, list[DecodePoint]]:
         points: list[DecodePoint] = []
+        ring, reached = window_ring(model.n_swa(), filler.context.n_ubatch), 0
         self._progress("prefill", 0, force=True)
-        with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir, call) as filler:
-            for depth in checkpoints:
-                self._check_cancel()
-                loaded = depth - ring if depth - ring > learn_tokens(model) else 0
-                if loaded:
-                    filler.fill(tokens[:loaded])
-                else:
-                    context.clear()
-                for start in range(loaded, depth, call):
-                    context.decode(tokens[start:min(depth, start + call)])
-                self._progress("prefill", depth, force=True)
-                points.append(self._probe(model, context, depth))
-            filler.fill(tokens[:target])
-        return points
+        for depth in checkpoints:
+            self._check_cancel()
+            reached = self._reach(filler, tokens, reached, depth, ring, call)
+            self._progress("prefill", depth, force=True)
+            points.append(self._probe(model, filler.context, depth))
+        return reached, points
+
+    def _reach(self, filler: KvFiller, tokens: list[int], reached: int, depth: int, tail: int,
+               call: int | None) -> int:
+        """Bring the cache from ``reached`` cells to ``depth``, its last ``tail`` tokens or more
+        prefilled for real (in calls of at most ``call``; None: left to the caller); returns
+        where the cache stands."""
+        loaded = filled_load(reached, depth, tail, learn_tokens(filler.context.model))
+        if loaded:
+            filler.fill(tokens[:loaded])
+            reached = loaded
+        if call is None:
+            return reached
+        for start in range(reached, depth, call):
+            filler.context.decode(tokens[start:min(depth, start + call)])
+        return depth
 
     def _say_filled(self, filled: int, rate: float | None) -> None:
         measured = f" at {rate:,.0f} tok/s" if rate else ""

@@ -22,10 +22,11 @@ from typing import Sequence
 from cliff_tui.analysis.theory import kv_bytes_per_token
 from cliff_tui.analysis.thresholds import STEADY_WINDOWS
 from cliff_tui.errors import BadInput, Cancelled
-from cliff_tui.engine.fill import FillChoice, choose_fill
+from cliff_tui.engine.fill import FillChoice, choose_fill, learn_count
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.runner import (
-    RunOptions, context_size, filled_tail, probe_depths, resolve_settings, window_length, window_ring,
+    RunOptions, context_size, filled_load, filled_tail, probe_depths, resolve_settings, window_length,
+    window_ring,
 )
 from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
 from cliff_tui.jobs import OnWorker, Outcome, Publish
@@ -68,19 +69,23 @@ def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int,
 def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, bytes_per_cell: float,
                             ubatch: int, options: RunOptions = POINT_OPTIONS, reached: int = 0,
                             n_swa: int = 0) -> float:
-    """Wall time of a filled triangulation: per point, each probe depth above the last point's
-    and the depth itself written (up to a sliding window's ring short of it), loaded and checked
-    with a decode, the rest prefilled, the probes, and the real prefill at depth."""
-    ring = window_ring(n_swa, ubatch)
+    """Wall time of a filled triangulation: per point, the way to each probe depth above the
+    last point's and to the depth itself as a filled run takes it (states written, loaded and
+    checked with a decode; the rest prefilled), the probes, and the decode at depth."""
+    ring, learned = window_ring(n_swa, ubatch), learn_count(n_swa)
     total = 0.0
     for depth in sorted(depths):
-        tail_from = depth - filled_tail(depth, options.probes, ubatch, n_swa)
-        probed = [(max(0, d - ring), d) for d in probe_depths(depth, options.probes, reached)]
+        at = 0
+        legs = [(d, ring) for d in probe_depths(depth, options.probes, reached)]
+        for d, tail in [*legs, (depth, filled_tail(depth, options.probes, ubatch, n_swa))]:
+            loaded = filled_load(at, d, tail, learned)
+            if loaded:
+                total += _fill_seconds(profile, loaded, bytes_per_cell)
+                at = loaded
+            total += profile.prefill_seconds(at, d)
+            at = d
         total += _point_overhead(profile, depth, n_gen, options)
-        total += sum(_fill_seconds(profile, d, bytes_per_cell) for d in (*(a for a, _ in probed), tail_from) if d)
-        total += sum(profile.prefill_seconds(a, d) for a, d in probed)
         total += _probe_seconds(profile, depth, reached, options)
-        total += profile.prefill_seconds(tail_from, depth)
         reached = depth
     return total
 
