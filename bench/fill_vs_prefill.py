@@ -1,6 +1,7 @@
 """Does a filled KV cache measure what a prefilled one does? And the default 16k/32k/65k, filled.
 
-    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH] [--control] [--threads N]
+    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH [--gemma3-depths LIST]]
+                                    [--control] [--threads N]
                                     [--same-context N] [--paired N [--packed]] [--default-depths]
 
 Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window attention): a
@@ -255,6 +256,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--n-gen", type=int, default=32, help="tokens decoded at depth in each run (default 32)")
     ap.add_argument("--gemma3", help="Gemma 3 270M GGUF (else the installed package or none)")
+    ap.add_argument("--gemma3-depths", metavar="LIST",
+                    help="Gemma 3's own depths (default: --depths); a filled run of a sliding-window model "
+                         "prefills each probe's last window + ubatch for real, so it fills only where the "
+                         "probes are farther apart than that (past 8,192 tokens on Gemma 3 270M)")
     ap.add_argument("--default-depths", "--seed-depths", action="store_true", dest="default_depths",
                     help="also triangulate the default 16k/32k/65k, filled")
     ap.add_argument("--no-compare", action="store_true", help="only the default depths (and --same-context)")
@@ -277,10 +282,10 @@ def main() -> None:
     print(machine_line())
     print(command_line(__file__))
     load = OtherLoad()
-    models = [("SmolLM2-135M", smollm2_path())]
+    models = [("SmolLM2-135M", smollm2_path(), args.depths)]
     gemma, why = gemma3_path(args.gemma3, None)
     if gemma is not None:
-        models.append(("Gemma 3 270M", gemma))
+        models.append(("Gemma 3 270M", gemma, args.gemma3_depths or args.depths))
     else:
         print(f"Gemma 3 skipped: {why}")
     if not args.no_compare:
@@ -288,8 +293,8 @@ def main() -> None:
               "its rise above the baseline | allocated | time filled / real | fill |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
         results = []
-        for name, model in models:
-            for depth in (parse_tokens(d) for d in args.depths.split(",")):
+        for name, model, depths in models:
+            for depth in (parse_tokens(d) for d in depths.split(",")):
                 result = compare(model, depth, args.reps, args.n_gen, args.control, args.threads)
                 report(name, depth, result)
                 results.append((name, depth, result))
@@ -303,15 +308,15 @@ def main() -> None:
     if args.same_context:
         print("\n| model | depth | filled tok/s (one context) | real tok/s | filled vs real | spread | runs |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for name, model in models:
-            for depth in (parse_tokens(d) for d in args.depths.split(",")):
+        for name, model, depths in models:
+            for depth in (parse_tokens(d) for d in depths.split(",")):
                 report_same_context(name, depth, *same_context(model, depth, args.same_context, args.n_gen))
     if args.paired:
         print("\n| model | depth | arm | its tok/s | real tok/s | apart | spread | per token, against real | "
               "processes × tokens |")
         print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for name, model in models:
-            for depth in (parse_tokens(d) for d in args.depths.split(",")):
+        for name, model, depths in models:
+            for depth in (parse_tokens(d) for d in depths.split(",")):
                 result = paired(model, depth, args.paired, args.n_gen, args.control, args.threads, args.packed)
                 for arm in result["rates"]:
                     if arm != "real":
