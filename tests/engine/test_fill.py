@@ -174,11 +174,13 @@ def test_sliding_window_and_mla_caches_fill(tmp_path, arch):
     finally:
         context.free()
         model.free()
-    result = Run(RunSettings(str(path), 1536, 8), lambda e: None, options=RunOptions(fill="synthetic")).execute()
+    events = []
+    result = Run(RunSettings(str(path), 1536, 8), events.append, options=RunOptions(fill="synthetic")).execute()
     if arch == "deepseek2":
         assert result.fill == "synthetic" and result.prefilled_tokens == 1536 // 8  # the gap between probes
     else:  # the probes come closer than a window's ring: prefilling on from one to the next is the shorter way
         assert result.fill == "real" and result.prefilled_tokens == 1536 // 8
+        assert any(isinstance(e, Notice) and "probes are closer together" in e.text for e in events)
 
 
 def test_a_filled_sliding_window_cache_has_its_ring_prefilled_for_real(tmp_path, monkeypatch):

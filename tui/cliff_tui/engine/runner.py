@@ -333,6 +333,9 @@ class Run:
         self.tracker.forget_host_peaks(self.sampler.sample())
         if filler.loaded:
             self.fill = "synthetic"
+        else:
+            self.publish(Notice(time.time(), "the KV cache is prefilled for real: its probes are closer together "
+                                             "than the stretch a filled run prefills before each"))
         return reached, points
 
     def _filled_probes(self, filler: KvFiller, model: LoadedModel, tokens: list[int], checkpoints: list[int],
