@@ -324,7 +324,7 @@ class Run:
                 raise FillUnavailable(why)
             with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir, call) as filler:
                 reached, points = self._filled_probes(filler, model, tokens, checkpoints, call)
-                reached = self._reach(filler, tokens, reached, self.settings.depth, tail, None)
+                reached = _load_toward(filler, tokens, reached, self.settings.depth, tail)
         except FillUnavailable as exc:
             context.clear()
             self.publish(Notice(time.time(), f"the KV cache is prefilled for real: {exc}", "warning"))
@@ -345,25 +345,13 @@ class Run:
         self._progress("prefill", 0, force=True)
         for depth in checkpoints:
             self._check_cancel()
-            reached = self._reach(filler, tokens, reached, depth, ring, call)
+            reached = _load_toward(filler, tokens, reached, depth, ring)
+            for start in range(reached, depth, call):
+                filler.context.decode(tokens[start:min(depth, start + call)])
+            reached = depth
             self._progress("prefill", depth, force=True)
             points.append(self._probe(model, filler.context, depth))
         return reached, points
-
-    def _reach(self, filler: KvFiller, tokens: list[int], reached: int, depth: int, tail: int,
-               call: int | None) -> int:
-        """Bring the cache from ``reached`` cells to ``depth``, its last ``tail`` tokens or more
-        prefilled for real (in calls of at most ``call``; None: left to the caller); returns
-        where the cache stands."""
-        loaded = filled_load(reached, depth, tail, learn_tokens(filler.context.model))
-        if loaded:
-            filler.fill(tokens[:loaded])
-            reached = loaded
-        if call is None:
-            return reached
-        for start in range(reached, depth, call):
-            filler.context.decode(tokens[start:min(depth, start + call)])
-        return depth
 
     def _say_filled(self, filled: int, rate: float | None) -> None:
         measured = f" at {rate:,.0f} tok/s" if rate else ""
@@ -486,6 +474,15 @@ class Run:
             gpus=t.gpu_deltas(), gpus_reason=base.gpus_reason, elapsed_s=elapsed, started_from_depth=started_from,
             cliff=cliff, fill=self.fill,
         )
+
+
+def _load_toward(filler: KvFiller, tokens: list[int], reached: int, depth: int, tail: int) -> int:
+    """Load a state ``tail`` tokens short of ``depth`` where that is deeper than the ``reached``
+    cells the cache holds (:func:`filled_load`); returns where it stands."""
+    loaded = filled_load(reached, depth, tail, learn_tokens(filler.context.model))
+    if loaded:
+        filler.fill(tokens[:loaded])
+    return loaded or reached
 
 
 def _joined(windows: list[_Window]) -> list[float]:

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Sequence
 
-from cliff_tui.analysis.theory import kv_bytes_per_token
+from cliff_tui.analysis.theory import kv_bytes_per_token, kv_layout
 from cliff_tui.analysis.thresholds import STEADY_WINDOWS
 from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.engine.fill import FillChoice, choose_fill, learn_count
@@ -235,7 +235,8 @@ class TriangulateJob:
             k, v = self.kv_types[0]
             per_cell = (kv_bytes_per_token(self.model, k, v) if self.model else None) or 0
             ubatch = min(self.base.ubatch_size, self.base.batch_size)
-            n_swa = (self.model.sliding_window or 0) if self.model else 0
+            layout = kv_layout(self.model) if self.model else None
+            n_swa = layout.n_swa if layout else 0
             return estimate_filled_seconds(self.profile, depths, n_gen, per_cell, ubatch, opt, reached, n_swa)
         return estimate_seconds(self.profile, depths, n_gen, self.chain, opt, reached if self.chain else 0)
 
