@@ -10,6 +10,7 @@ cliff-tui the RSS after 1 minute and at the end.
     python bench/watch_cost.py --minutes 3 --churn 6   # RAM moving: every frame repaints
     python bench/watch_cost.py --minutes 1 --no-btop   # a quick look
     python bench/watch_cost.py --first-frame 5         # seconds from start to the first frame
+    python bench/watch_cost.py --textual-floor 4       # a bare Textual app changing 0, 1, 27 lines at 4 Hz
 
 On an idle machine the RAM sparkline settles (every cell the same bar) and cliff-tui repaints
 almost nothing, while btop redraws its graphs every tick. ``--churn GIB`` runs a helper that
@@ -150,6 +151,63 @@ def first_frames(cliff: str, btop: str | None, env: dict[str, str], reps: int) -
                   f"(min {min(values):.2f}, max {max(values):.2f}, {len(values)} starts)")
 
 
+FLOOR_APP = """
+import sys
+from rich.segment import Segment
+from textual.app import App
+from cliff_tui.ui.widgets import LineView
+
+LINES = int(sys.argv[1])
+
+class Floor(App):
+    def compose(self):
+        if LINES:
+            yield LineView()
+
+    def on_mount(self):
+        self.frame = 0
+        self.set_interval(0.25, self.tick)
+
+    def tick(self):
+        self.frame += 1
+        if LINES:
+            frame = self.frame
+            parts = tuple(((n, frame), lambda width, n=n: [[Segment(f"RAM {n}.{frame} GiB")]]) for n in range(LINES))
+            self.query_one(LineView).show_parts(parts)
+
+Floor().run()
+"""
+FLOOR_LINES = (0, 1, 27)  # nothing; a headline; a graph's 26 rows and its headline
+
+
+def textual_floor(env: dict[str, str], reps: int, seconds: float, warmup: float) -> None:
+    """What Textual itself costs to change ``FLOOR_LINES`` lines of one of cliff-tui's line views
+    every frame at 4 Hz in a 120×40 pty, the orders alternated, ``reps`` times: medians."""
+    import statistics
+
+    cpu: dict[int, list[float]] = {n: [] for n in FLOOR_LINES}
+    kib: dict[int, list[float]] = {n: [] for n in FLOOR_LINES}
+    for rep in range(reps):
+        for lines in FLOOR_LINES if rep % 2 == 0 else FLOOR_LINES[::-1]:
+            term = spawn(f"{lines} lines", [sys.executable, "-c", FLOOR_APP, str(lines)], env)
+            try:
+                drain([term], warmup)
+                cpu0, bytes0, t0 = term.cpu_seconds(), term.bytes_read, time.monotonic()
+                drain([term], seconds)
+                elapsed = time.monotonic() - t0
+                cpu[lines].append((term.cpu_seconds() - cpu0) / elapsed * 60)
+                kib[lines].append((term.bytes_read - bytes0) / elapsed / 1024)
+            finally:
+                term.proc.kill()
+                term.proc.wait()
+                os.close(term.master)
+    print(f"| lines changed every frame (4 Hz, {COLS}×{ROWS}) | CPU s per minute, median (min–max) | terminal KiB/s |")
+    print("| ---: | ---: | ---: |")
+    for lines in FLOOR_LINES:
+        print(f"| {lines} | {statistics.median(cpu[lines]):.2f} ({min(cpu[lines]):.2f}–{max(cpu[lines]):.2f}) "
+              f"| {statistics.median(kib[lines]):.1f} |")
+
+
 def byte_compile_cliff_tui() -> None:
     """Write cliff-tui's bytecode, as ``pip install`` does and as a first run does on a user's
     machine. Where ``PYTHONDONTWRITEBYTECODE`` is set (some sandboxes and containers), every
@@ -173,9 +231,15 @@ def main() -> int:
                         help="only time the first frame of N fresh starts of each tool")
     parser.add_argument("--churn", type=float, default=0, metavar="GIB",
                         help="allocate and free GIB of RAM every second while measuring")
+    parser.add_argument("--textual-floor", type=int, default=0, metavar="N",
+                        help="only a bare Textual app changing 0, 1 and 27 lines every frame, N alternations "
+                             "of --minutes each")
     args = parser.parse_args()
     env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
     byte_compile_cliff_tui()
+    if args.textual_floor:
+        textual_floor(env, args.textual_floor, args.minutes * 60, args.warmup)
+        return 0
     if args.first_frame:
         cliff = shutil.which("cliff-tui") or sys.exit("cliff-tui is not on PATH: activate its venv")
         first_frames(cliff, None if args.no_btop else shutil.which("btop"), env, args.first_frame)
