@@ -33,6 +33,18 @@ def machine_line() -> str:
             f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}")
 
 
+def machine_pace(loops: int = 1_000_000) -> float:
+    """Milliseconds a fixed loop of Python takes on this core now. The host can slow a VM's CPUs
+    without any process in it being busy and without the steal counter moving (2× within a minute
+    seen on the project's 2-core VM): a run timed beside this figure says which runs met a slow
+    machine."""
+    t = time.perf_counter()
+    total = 0
+    for i in range(loops):
+        total += i * i
+    return (time.perf_counter() - t) * 1000
+
+
 def _own_cpu() -> float:
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # children that were waited for

@@ -9,7 +9,8 @@ Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window 
 times. Compared: decode tok/s at depth (goal: the medians within the repetitions' own spread and
 ≤ 3 % apart), touched memory (the process's RSS peak: goal within 1 %; beside it the peak's rise
 above the run's baseline) and allocated memory (the KV, model and compute buffers: goal
-identical), and the time each took.
+identical), and the time each took. Each run's figures go to stderr as it ends, with the time a
+fixed Python loop takes right after it (the host's pace, which moves on a shared VM).
 
 ``--control``: a third arm, a second real run (``real, again``), alternated with the other two
 (every order of the three in turn: ``--reps`` a multiple of 6 balances them): how far two
@@ -48,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "bench")]
 
-from benchutil import OtherLoad, command_line, machine_line  # noqa: E402
+from benchutil import OtherLoad, command_line, machine_line, machine_pace  # noqa: E402
 from cliff_tui.units import parse_tokens  # noqa: E402
 from triangulate_bench import gemma3_path, smollm2_path  # noqa: E402
 
@@ -92,6 +93,9 @@ def compare(model: Path, depth: int, reps: int, n_gen: int, control: bool = Fals
                             *(("--threads", str(threads)) if threads else ()))
             rows[label].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "rise": rise(run),
                                "allocated": allocated(run), "wall": wall, "fill": run.get("fill")})
+            faults = sum(p.get("major_faults") or 0 for p in run["decode_points"] if p["phase"] == "depth")
+            print(f"  {depth:,} {label}: {run['depth_tok_s']:.2f} tok/s at depth ({faults} major faults), "
+                  f"{wall:.0f} s; the machine's pace after it {machine_pace():.0f} ms", file=sys.stderr, flush=True)
     out = {}
     for label, rs in rows.items():
         rates = [r["tok_s"] for r in rs]
