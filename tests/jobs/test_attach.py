@@ -440,7 +440,7 @@ def test_real_llama_server_tok_s_moves_while_a_request_runs(real_llama_server):
     poller.join(5)
     for event in events:
         pipeline.feed(event)
-    rates = [v for v in pipeline.history.get("tok_s").values if v]
+    rates = [v for _, v in pipeline.history.get("tok_s").points() if v]
     live = [e.tok_s for e in events if isinstance(e, DecodeWindow)]
     busy = [r for r in readings(events) if (r.requests_processing or 0) > 0]
     print(f"\nreal llama-server live: {len(readings(events))} readings, {len(busy)} while busy, "
