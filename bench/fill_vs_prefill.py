@@ -2,7 +2,8 @@
 
     python bench/fill_vs_prefill.py [--depths 1k,2k,4k] [--reps 3] [--control] [--threads N]
                                     [--gemma3 PATH | --gemma3-wheels DIR] [--gemma3-depths LIST]
-                                    [--same-context N] [--paired N [--packed]] [--default-depths]
+                                    [--same-context N] [--paired N [--packed]] [--concurrent N]
+                                    [--default-depths]
 
 Part 1, at each depth, on SmolLM2 (and Gemma 3 270M where found: sliding-window attention): a
 ``run --fill synthetic`` and a ``run --fill real``, each in a fresh process, alternated, ``--reps``
@@ -29,6 +30,13 @@ A filled sliding-window model prefills its window's ring (window + ubatch tokens
 ``run`` does; ``--packed`` adds a filled context with only the last call prefilled, its window's
 cells left packed as the state loads them: what that ring prefill changes.
 
+``--concurrent N``: N pairs of fresh processes per depth, one filled and one prefilled (with
+``--control`` also pairs of two prefilled), each on one thread, each brought to depth on its own,
+then decoding at the same moments, each pinned to its own CPU, the two swapping CPUs between
+segments: the fresh-process comparison without the minutes between two runs, over which this
+VM's pace moves. Compared: the medians of the processes' tok/s, and of the per-token ratios
+(overall and by the CPU the arm was on).
+
 Part 2 (``--default-depths``): ``triangulate`` with no ``--depths`` on SmolLM2, as a user runs it:
 the depths it chose and how it reached them, the time to the full answer, calibrations included
 (goal ≤ 5 minutes), and the projection's miss at 65k from the two shallower points (goal ≤ 2 %).
@@ -44,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,15 +185,29 @@ PACKED = "synthetic, window packed"
 PAIRED_ROUNDS = 4  # each arm decodes n_gen tokens from the depth this many times, cut back between
 
 
+def reach_depth(context, loaded, tokens: list[int], depth: int, arm: str) -> None:
+    """Bring ``context`` to ``depth`` as ``arm`` says: "synthetic" filled as ``run`` fills, then
+    the last call (a sliding-window cache's whole ring) prefilled; "synthetic, window packed"
+    filled, then only the last call prefilled; anything else prefilled for real."""
+    from cliff_tui.engine.fill import KvFiller, learn_tokens
+    from cliff_tui.engine.runner import filled_tail, largest_prefill_call
+
+    call = largest_prefill_call(depth, 7, context.n_ubatch)
+    start = {"synthetic": depth - filled_tail(depth, 7, context.n_ubatch, loaded.n_swa()),
+             PACKED: depth - call}.get(arm, 0)
+    if start > 0:
+        with KvFiller(context, tokens[:learn_tokens(loaded)], None, call) as filler:
+            filler.fill(tokens[:start])
+    for at in range(start, depth, call):
+        context.decode(tokens[at:min(depth, at + call)])
+
+
 def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: int | None) -> dict[str, list[float]]:
     """In this process: one context per arm of one loaded model, each brought to ``depth`` as its
-    arm says ("synthetic": filled as ``run`` fills, then the last call, or a sliding-window cache's
-    whole ring, prefilled; "synthetic, window packed": filled, then only the last call prefilled;
-    else prefilled for real), then a token decoded in each in turn. Returns each arm's per-token seconds, in the
-    order decoded."""
-    from cliff_tui.engine.fill import KvFiller, learn_tokens
+    arm says (:func:`reach_depth`), then a token decoded in each in turn. Returns each arm's
+    per-token seconds, in the order decoded."""
     from cliff_tui.engine.llama import Context, LoadedModel
-    from cliff_tui.engine.runner import context_size, filled_tail, largest_prefill_call, resolve_settings
+    from cliff_tui.engine.runner import context_size, resolve_settings
     from cliff_tui.engine.tokens import prompt_tokens
     from cliff_tui.events import RunSettings
 
@@ -194,14 +217,7 @@ def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: i
     contexts: dict[str, Context] = {}
     for arm in arms:
         context = contexts[arm] = Context(loaded, context_size(settings), settings)
-        call = largest_prefill_call(depth, 7, context.n_ubatch)
-        start = {"synthetic": depth - filled_tail(depth, 7, context.n_ubatch, loaded.n_swa()),
-                 PACKED: depth - call}.get(arm, 0)
-        if start > 0:
-            with KvFiller(context, tokens[:learn_tokens(loaded)], None, call) as filler:
-                filler.fill(tokens[:start])
-        for at in range(start, depth, call):
-            context.decode(tokens[at:min(depth, at + call)])
+        reach_depth(context, loaded, tokens, depth, arm)
     seconds: dict[str, list[float]] = {arm: [] for arm in arms}
     for _ in range(PAIRED_ROUNDS):
         decoders = {arm: context.timed_greedy_decode(n_gen) for arm, context in contexts.items()}
@@ -236,6 +252,104 @@ def paired(model: Path, depth: int, reps: int, n_gen: int, control: bool, thread
     return {"rates": rates, "ratios": ratios}
 
 
+CONCURRENT_SEGMENTS = 8  # decode segments per pair of processes; the two swap CPUs between segments
+
+
+def concurrent_child(model: str, depth: int, n_gen: int, arm: str) -> None:
+    """One arm in this fresh process, one thread: reach ``depth`` (:func:`reach_depth`), say
+    ``ready``, then for each ``go CPU`` line on stdin pin every thread of the process to that CPU,
+    decode ``n_gen`` tokens, cut back to ``depth`` and print the per-token seconds; ``end`` stops."""
+    from cliff_tui.engine.llama import Context, LoadedModel
+    from cliff_tui.engine.runner import context_size, resolve_settings
+    from cliff_tui.engine.tokens import prompt_tokens
+    from cliff_tui.events import RunSettings
+
+    settings, _ = resolve_settings(RunSettings(model, depth, n_gen, threads=1))
+    loaded = LoadedModel(settings.model_path, settings.n_gpu_layers)
+    context = Context(loaded, context_size(settings), settings)
+    reach_depth(context, loaded, prompt_tokens(loaded, depth, None).tokens, depth, arm)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() == "end":
+            break
+        cpu = int(line.split()[1])
+        for task in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(task), {cpu})
+        seconds = [dt for _, dt in context.timed_greedy_decode(n_gen)]
+        context.truncate(depth)
+        print(json.dumps(seconds), flush=True)
+    context.free()
+    loaded.free()
+
+
+def concurrent_pair(model: Path, depth: int, n_gen: int, arms: tuple[str, str], cpus: tuple[int, int],
+                    first_cpu: int) -> dict[str, list[tuple[int, list[float]]]]:
+    """Two fresh processes, one per arm, brought to ``depth`` each on its own, then decoding at the
+    same moments on the two CPUs, which they swap between segments. Returns each arm's segments as
+    (CPU, per-token seconds)."""
+    procs = {arm: subprocess.Popen([sys.executable, __file__, "--concurrent-child", json.dumps(
+                 {"model": str(model), "depth": depth, "n_gen": n_gen, "arm": arm})],
+                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+             for arm in arms}
+    segments: dict[str, list[tuple[int, list[float]]]] = {arm: [] for arm in arms}
+    try:
+        for arm, proc in procs.items():
+            if proc.stdout.readline().strip() != "ready":
+                raise SystemExit(f"the {arm} process failed: {proc.stderr.read()[-800:]}")
+        for seg in range(CONCURRENT_SEGMENTS):
+            on = {arm: cpus[(first_cpu + seg + i) % 2] for i, arm in enumerate(arms)}
+            for arm, proc in procs.items():
+                proc.stdin.write(f"go {on[arm]}\n")
+                proc.stdin.flush()
+            for arm, proc in procs.items():
+                segments[arm].append((on[arm], json.loads(proc.stdout.readline())))
+        for proc in procs.values():
+            proc.stdin.write("end\n")
+            proc.stdin.flush()
+    finally:
+        for proc in procs.values():
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return segments
+
+
+def concurrent(model: Path, depth: int, rounds: int, n_gen: int, control: bool) -> dict[str, dict]:
+    """``rounds`` pairs of fresh processes per comparison (filled against real; with ``control``
+    also real against real), the comparisons alternated and the CPUs each arm starts on too."""
+    cpus = tuple(sorted(os.sched_getaffinity(0)))[:2]
+    if len(cpus) < 2:
+        raise SystemExit("--concurrent needs two CPUs this process may run on")
+    pairs = [("synthetic", "real")] + ([("real, again", "real")] if control else [])
+    out = {arm: {"rates": [], "real": [], "ratios": [], "by_cpu": {c: [] for c in cpus}} for arm, _ in pairs}
+    for rnd in range(rounds):
+        for arm, peer in pairs[rnd % len(pairs):] + pairs[:rnd % len(pairs)]:
+            segments = concurrent_pair(model, depth, n_gen, (arm, peer), cpus, rnd % 2)
+            mine = [dt for _, secs in segments[arm] for dt in secs[1:]]
+            theirs = [dt for _, secs in segments[peer] for dt in secs[1:]]
+            row = out[arm]
+            row["rates"].append(1 / statistics.median(mine))
+            row["real"].append(1 / statistics.median(theirs))
+            for (cpu, a), (_, r) in zip(segments[arm], segments[peer]):
+                ratios = [x / y for x, y in zip(r[1:], a[1:])]  # > 1: this arm faster
+                row["ratios"] += ratios
+                row["by_cpu"][cpu] += ratios
+            print(f"  {depth:,} {arm} against {peer}, side by side in two processes: "
+                  f"{row['rates'][-1]:.2f} / {row['real'][-1]:.2f} tok/s", file=sys.stderr, flush=True)
+    return out
+
+
+def report_concurrent(name: str, depth: int, arm: str, row: dict) -> None:
+    m, r = statistics.median(row["rates"]), statistics.median(row["real"])
+    spread = max(max(row["rates"]) - min(row["rates"]), max(row["real"]) - min(row["real"])) / 2
+    per_cpu = " / ".join(f"cpu{c} {(statistics.median(v) - 1) * 100:+.1f} %" for c, v in row["by_cpu"].items() if v)
+    print(f"| {name} | {depth:,} | {arm} | {m:.2f} | {r:.2f} | {abs(m - r) / r * 100:.1f} % "
+          f"{'(within spread)' if abs(m - r) <= spread else '(OUTSIDE spread)'} | ± {spread:.2f} | "
+          f"{(statistics.median(row['ratios']) - 1) * 100:+.1f} % | {per_cpu} | "
+          f"{len(row['rates'])} × {len(row['ratios']) // len(row['rates'])} |", flush=True)
+
+
 def report_paired(name: str, depth: int, result: dict, arm: str) -> None:
     mine, real = result["rates"][arm], result["rates"]["real"]
     m, r = statistics.median(mine), statistics.median(real)
@@ -252,6 +366,12 @@ def report_same_context(name: str, depth: int, filled: list[float], real: list[f
     spread = max(max(filled) - min(filled), max(real) - min(real)) / 2
     print(f"| {name} | {depth:,} | {f:.1f} | {r:.1f} | {(f - r) / r * 100:+.1f} % | ± {spread:.1f} | "
           f"{len(filled)} + {len(real)} |", flush=True)
+
+
+def each_depth(models: list[tuple[str, Path, str]]) -> Iterator[tuple[str, Path, int]]:
+    for name, model, depths in models:
+        for depth in (parse_tokens(d) for d in depths.split(",")):
+            yield name, model, depth
 
 
 def main() -> None:
@@ -276,13 +396,21 @@ def main() -> None:
                     help="also N fresh processes per depth decoding filled and real contexts token by token in turn")
     ap.add_argument("--packed", action="store_true",
                     help="with --paired, also a filled context whose sliding-window cells are left packed")
+    ap.add_argument("--concurrent", type=int, default=0, metavar="N",
+                    help="also N pairs of fresh processes per depth, filled and real, decoding at the same "
+                         "moments, one thread each on its own CPU, swapping CPUs between segments")
     ap.add_argument("--paired-child", help=argparse.SUPPRESS)
+    ap.add_argument("--concurrent-child", help=argparse.SUPPRESS)
     ap.add_argument("--same-context", type=int, default=0, metavar="N",
                     help="also N alternations of filled and real in one process and context per depth")
     args = ap.parse_args()
     if args.paired_child:
         job = json.loads(args.paired_child)
         print(json.dumps(paired_child(job["model"], job["depth"], job["n_gen"], job["arms"], job["threads"])))
+        return
+    if args.concurrent_child:
+        job = json.loads(args.concurrent_child)
+        concurrent_child(job["model"], job["depth"], job["n_gen"], job["arm"])
         return
     print(machine_line())
     print(command_line(__file__))
@@ -298,11 +426,10 @@ def main() -> None:
               "its rise above the baseline | allocated | time filled / real | fill |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
         results = []
-        for name, model, depths in models:
-            for depth in (parse_tokens(d) for d in depths.split(",")):
-                result = compare(model, depth, args.reps, args.n_gen, args.control, args.threads)
-                report(name, depth, result)
-                results.append((name, depth, result))
+        for name, model, depth in each_depth(models):
+            result = compare(model, depth, args.reps, args.n_gen, args.control, args.threads)
+            report(name, depth, result)
+            results.append((name, depth, result))
         if args.control:
             print("\nThe control: a second real run against the first, alternated with the filled one.\n")
             print("| model | depth | real tok/s (again) | real tok/s | apart | touched (RSS peak) again / real | "
@@ -313,19 +440,24 @@ def main() -> None:
     if args.same_context:
         print("\n| model | depth | filled tok/s (one context) | real tok/s | filled vs real | spread | runs |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for name, model, depths in models:
-            for depth in (parse_tokens(d) for d in depths.split(",")):
-                report_same_context(name, depth, *same_context(model, depth, args.same_context, args.n_gen))
+        for name, model, depth in each_depth(models):
+            report_same_context(name, depth, *same_context(model, depth, args.same_context, args.n_gen))
     if args.paired:
         print("\n| model | depth | arm | its tok/s | real tok/s | apart | spread | per token, against real | "
               "processes × tokens |")
         print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for name, model, depths in models:
-            for depth in (parse_tokens(d) for d in depths.split(",")):
-                result = paired(model, depth, args.paired, args.n_gen, args.control, args.threads, args.packed)
-                for arm in result["rates"]:
-                    if arm != "real":
-                        report_paired(name, depth, result, arm)
+        for name, model, depth in each_depth(models):
+            result = paired(model, depth, args.paired, args.n_gen, args.control, args.threads, args.packed)
+            for arm in result["rates"]:
+                if arm != "real":
+                    report_paired(name, depth, result, arm)
+    if args.concurrent:
+        print("\n| model | depth | arm | its tok/s | real tok/s beside it | apart | spread | per token, against "
+              "real | per token by the arm's CPU | process pairs × tokens |")
+        print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+        for name, model, depth in each_depth(models):
+            for arm, row in concurrent(model, depth, args.concurrent, args.n_gen, args.control).items():
+                report_concurrent(name, depth, arm, row)
     if args.default_depths:
         default_depths(models[0][1])
     print("\n" + load.stop().describe())
