@@ -51,6 +51,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -287,22 +288,31 @@ def concurrent_pair(model: Path, depth: int, n_gen: int, arms: tuple[str, str], 
     """Two fresh processes, one per arm, brought to ``depth`` each on its own, then decoding at the
     same moments on the two CPUs, which they swap between segments. Returns each arm's segments as
     (CPU, per-token seconds)."""
+    logs = {arm: tempfile.TemporaryFile("w+") for arm in arms}  # a pipe left unread could stall a child
     procs = {arm: subprocess.Popen([sys.executable, __file__, "--concurrent-child", json.dumps(
                  {"model": str(model), "depth": depth, "n_gen": n_gen, "arm": arm})],
-                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[arm], text=True, env=ENV, cwd=ROOT)
              for arm in arms}
+
+    def reply(arm: str) -> str:
+        line = procs[arm].stdout.readline()
+        if not line:
+            procs[arm].wait()
+            logs[arm].seek(0)
+            raise SystemExit(f"the {arm} process ended with {procs[arm].returncode}: {logs[arm].read()[-800:]}")
+        return line
+
     segments: dict[str, list[tuple[int, list[float]]]] = {arm: [] for arm in arms}
     try:
-        for arm, proc in procs.items():
-            if proc.stdout.readline().strip() != "ready":
-                raise SystemExit(f"the {arm} process failed: {proc.stderr.read()[-800:]}")
+        for arm in arms:
+            reply(arm)  # "ready"
         for seg in range(CONCURRENT_SEGMENTS):
             on = {arm: cpus[(first_cpu + seg + i) % 2] for i, arm in enumerate(arms)}
             for arm, proc in procs.items():
                 proc.stdin.write(f"go {on[arm]}\n")
                 proc.stdin.flush()
-            for arm, proc in procs.items():
-                segments[arm].append((on[arm], json.loads(proc.stdout.readline())))
+            for arm in arms:
+                segments[arm].append((on[arm], json.loads(reply(arm))))
         for proc in procs.values():
             proc.stdin.write("end\n")
             proc.stdin.flush()
@@ -312,6 +322,8 @@ def concurrent_pair(model: Path, depth: int, n_gen: int, arms: tuple[str, str], 
                 proc.communicate(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        for log in logs.values():
+            log.close()
     return segments
 
 
