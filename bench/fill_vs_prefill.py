@@ -143,20 +143,28 @@ def default_depths(model: Path) -> None:
           f"line through the two shallower: {misses} (goal ≤ 2 %); verdict: {record['verdict']}")
 
 
+def load_model(model: str | Path, depth: int, n_gen: int, threads: int | None = None):
+    """The model loaded with ``run``'s settings for ``depth``, a maker of contexts sized for it, and
+    the prompt's tokens."""
+    from cliff_tui.engine.llama import Context, LoadedModel
+    from cliff_tui.engine.runner import context_size, resolve_settings
+    from cliff_tui.engine.tokens import prompt_tokens
+    from cliff_tui.events import RunSettings
+
+    settings, _ = resolve_settings(RunSettings(str(model), depth, n_gen, threads=threads))
+    loaded = LoadedModel(settings.model_path, settings.n_gpu_layers)
+    return loaded, lambda: Context(loaded, context_size(settings), settings), prompt_tokens(loaded, depth, None).tokens
+
+
 def same_context(model: Path, depth: int, reps: int, n_gen: int = 32) -> tuple[list[float], list[float]]:
     """Decode tok/s at ``depth`` in one process and one context, the cache reaching depth by real
     prefill and by filling in turn (the same last call prefilled on top of both): what the fill
     changes, without what differs between two processes."""
     from cliff_tui.engine.fill import KvFiller, learn_tokens
-    from cliff_tui.engine.llama import Context, LoadedModel
-    from cliff_tui.engine.runner import context_size, filled_tail, largest_prefill_call, resolve_settings
-    from cliff_tui.engine.tokens import prompt_tokens
-    from cliff_tui.events import RunSettings
+    from cliff_tui.engine.runner import filled_tail, largest_prefill_call
 
-    settings, _ = resolve_settings(RunSettings(str(model), depth, n_gen))
-    loaded = LoadedModel(settings.model_path, settings.n_gpu_layers)
-    context = Context(loaded, context_size(settings), settings)
-    tokens = prompt_tokens(loaded, depth, None).tokens
+    loaded, new_context, tokens = load_model(model, depth, n_gen)
+    context = new_context()
     call = largest_prefill_call(depth, 7, context.n_ubatch)
     tail = filled_tail(depth, 7, context.n_ubatch, loaded.n_swa())
     rates: dict[str, list[float]] = {"synthetic": [], "real": []}
@@ -207,17 +215,10 @@ def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: i
     """In this process: one context per arm of one loaded model, each brought to ``depth`` as its
     arm says (:func:`reach_depth`), then a token decoded in each in turn. Returns each arm's
     per-token seconds, in the order decoded."""
-    from cliff_tui.engine.llama import Context, LoadedModel
-    from cliff_tui.engine.runner import context_size, resolve_settings
-    from cliff_tui.engine.tokens import prompt_tokens
-    from cliff_tui.events import RunSettings
-
-    settings, _ = resolve_settings(RunSettings(model, depth, n_gen, threads=threads))
-    loaded = LoadedModel(settings.model_path, settings.n_gpu_layers)
-    tokens = prompt_tokens(loaded, depth, None).tokens
-    contexts: dict[str, Context] = {}
+    loaded, new_context, tokens = load_model(model, depth, n_gen, threads)
+    contexts = {}
     for arm in arms:
-        context = contexts[arm] = Context(loaded, context_size(settings), settings)
+        context = contexts[arm] = new_context()
         reach_depth(context, loaded, tokens, depth, arm)
     seconds: dict[str, list[float]] = {arm: [] for arm in arms}
     for _ in range(PAIRED_ROUNDS):
@@ -260,15 +261,9 @@ def concurrent_child(model: str, depth: int, n_gen: int, arm: str) -> None:
     """One arm in this fresh process, one thread: reach ``depth`` (:func:`reach_depth`), say
     ``ready``, then for each ``go CPU`` line on stdin pin every thread of the process to that CPU,
     decode ``n_gen`` tokens, cut back to ``depth`` and print the per-token seconds; ``end`` stops."""
-    from cliff_tui.engine.llama import Context, LoadedModel
-    from cliff_tui.engine.runner import context_size, resolve_settings
-    from cliff_tui.engine.tokens import prompt_tokens
-    from cliff_tui.events import RunSettings
-
-    settings, _ = resolve_settings(RunSettings(model, depth, n_gen, threads=1))
-    loaded = LoadedModel(settings.model_path, settings.n_gpu_layers)
-    context = Context(loaded, context_size(settings), settings)
-    reach_depth(context, loaded, prompt_tokens(loaded, depth, None).tokens, depth, arm)
+    loaded, new_context, tokens = load_model(model, depth, n_gen, threads=1)
+    context = new_context()
+    reach_depth(context, loaded, tokens, depth, arm)
     print("ready", flush=True)
     for line in sys.stdin:
         if line.strip() == "end":
