@@ -154,6 +154,17 @@ def test_corrupt_lines_in_the_middle_are_skipped_and_counted():
     assert "line 3" in recording.skipped[0]
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_number_that_is_not_finite_skips_its_line(number, lazy):
+    bad = json.dumps(event_to_plain(SAMPLE)).replace(f'"t": {SAMPLE.t}', f'"t": {number}')
+    assert bad != json.dumps(event_to_plain(SAMPLE))
+    lines = [json.dumps(_header()), json.dumps(event_to_plain(SAMPLE)), bad, json.dumps(event_to_plain(ALL_EVENTS[1]))]
+    recording = parse_recording(("\n".join(lines) + "\n").encode(), lazy=lazy)
+    assert recording.events == [SAMPLE, ALL_EVENTS[1]]
+    assert recording.skipped == [f"line 3: t must be a finite number, not {float(number)!r}"]
+
+
 @pytest.mark.parametrize("content, message", [
     (b"", "is empty"),
     (b"\x00\xff\xfe garbage \x89PNG", "not a cliff-tui recording"),

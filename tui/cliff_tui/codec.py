@@ -197,10 +197,12 @@ def _dict_decoder(value_type: Any) -> Decoder:
 
 
 def _float(value: Any) -> float:
-    if type(value) is float:
+    if type(value) is float and math.isfinite(value):
         return value
-    if type(value) is int:
+    if type(value) is int and abs(value) < 2**1023:
         return float(value)
+    if type(value) in (int, float):  # NaN, Infinity or an int past float: never written (to_plain writes null)
+        raise _Bad(f"must be a finite number, not {value!r:.40}")
     raise _Bad("must be a number")
 
 

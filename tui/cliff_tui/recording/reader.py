@@ -71,8 +71,8 @@ class Recording:
 
     def _time_of(self, i: int) -> float:
         match = _T_PREFIX.match(self._lines[i])
-        if match:
-            return float(match.group(1))
+        if match and math.isfinite(t := float(match.group(1))):
+            return t
         event = self.event(i)  # no timestamp prefix: decode now (a corrupt line, most likely)
         return event.t if event is not None else math.nan
 
