@@ -162,3 +162,20 @@ def test_an_attached_servers_fullest_slot_is_held_against_the_measured_capacity(
     gauge = p.gauge()
     assert (gauge.tokens, gauge.max_context, gauge.source, gauge.level) == (7900, 8448, "measured", "amber")
     assert gauge.tier == "GPU0 dedicated VRAM, model.gguf f16"
+
+
+def test_a_window_that_timed_no_tokens_is_left_out_of_the_rates():
+    from cliff_tui.events import RunFinished
+    from cliff_tui.recording import demo
+
+    events = [e for e in demo.gpu_cliff_run() if not isinstance(e, RunFinished)]  # judged live, not from its result
+    clean, padded = Pipeline(), Pipeline()
+    for e in events:
+        if isinstance(e, DecodeWindow):  # as a corrupt recording could hold: no tokens, or a negative count
+            for n_tokens in (0, -e.n_tokens):
+                padded.feed(DecodeWindow(e.t, e.run_id, e.phase, e.depth, n_tokens, e.tok_s, 0.0))
+                padded.feed(DecodeWindow(e.t, ATTACH_RUN_ID, "depth", e.depth, n_tokens, e.tok_s, 0.0))
+                padded.speed_verdict()
+        clean.feed(e)
+        padded.feed(e)
+    assert padded.speed_verdict() == clean.speed_verdict() is not None

@@ -4,8 +4,10 @@ inert: nothing a terminal would run)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from cliff_tui.events import (
     TriangulationPlanned, EVENT_TYPES,
 )
 from cliff_tui.session import Session
+from cliff_tui.recording.player import Player
 from cliff_tui.recording.reader import open_recording, parse_recording
 from cliff_tui.recording.writer import Recorder
 from cliff_tui.text import LINE_LIMIT, is_inert
@@ -154,15 +157,37 @@ def test_corrupt_lines_in_the_middle_are_skipped_and_counted():
     assert "line 3" in recording.skipped[0]
 
 
-@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+@pytest.mark.parametrize("field, number, why", [
+    ("t", "NaN", "t must be a finite number below 2^63, not nan"),
+    ("t", "Infinity", "t must be a finite number below 2^63, not inf"),
+    ("t", "-Infinity", "t must be a finite number below 2^63, not -inf"),
+    ("t", "1e400", "t must be a finite number below 2^63, not inf"),
+    ("t", "1e15", "t must be seconds since 1970, not 1000000000000000.0"),
+    ("t", "-1", "t must be seconds since 1970, not -1.0"),
+    ("used_bytes", "9" * 30, "ram.used_bytes must be an integer below 2^63, not 999999999999999999999999999999"),
+])
 @pytest.mark.parametrize("lazy", [False, True])
-def test_a_number_that_is_not_finite_skips_its_line(number, lazy):
-    bad = json.dumps(event_to_plain(SAMPLE)).replace(f'"t": {SAMPLE.t}', f'"t": {number}')
-    assert bad != json.dumps(event_to_plain(SAMPLE))
-    lines = [json.dumps(_header()), json.dumps(event_to_plain(SAMPLE)), bad, json.dumps(event_to_plain(ALL_EVENTS[1]))]
+def test_a_number_out_of_range_skips_its_line(field, number, why, lazy):
+    good = json.dumps(event_to_plain(SAMPLE))
+    bad = re.sub(rf'"{field}": [0-9.]+', f'"{field}": {number}', good, count=1)
+    assert bad != good
+    lines = [json.dumps(_header()), good, bad, json.dumps(event_to_plain(ALL_EVENTS[1]))]
     recording = parse_recording(("\n".join(lines) + "\n").encode(), lazy=lazy)
     assert recording.events == [SAMPLE, ALL_EVENTS[1]]
-    assert recording.skipped == [f"line 3: t must be a finite number, not {float(number)!r}"]
+    assert recording.skipped == [f"line 3: {why}"]
+    assert Player(recording).t_end == ALL_EVENTS[1].t
+
+
+def test_a_line_whose_prefix_and_body_disagree_on_t_keeps_the_replay_inside_the_recording():
+    later = dataclasses.replace(SAMPLE, t=2.0)
+    second_t = json.dumps(event_to_plain(later))[:-1] + ', "t": 1000000000.0}'  # JSON keeps the last of two keys
+    lines = [json.dumps(_header()), json.dumps(event_to_plain(SAMPLE)), second_t,
+             json.dumps(event_to_plain(dataclasses.replace(SAMPLE, t=3.0)))]
+    player = Player(parse_recording(("\n".join(lines) + "\n").encode(), lazy=True))
+    assert (player.t_start, player.t_end) == (1.0, 3.0)
+    for _ in range(3):
+        player.step()
+        assert player.position <= player.t_end and len(player.cursor_line(40)) < 100
 
 
 @pytest.mark.parametrize("content, message", [

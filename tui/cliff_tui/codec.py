@@ -196,19 +196,22 @@ def _dict_decoder(value_type: Any) -> Decoder:
     return decode
 
 
+LARGEST = 2**63  # nothing measured reaches it (bytes, seconds, tokens); past it, sums overflow later
+
+
 def _float(value: Any) -> float:
-    if type(value) is float and math.isfinite(value):
-        return value
-    if type(value) is int and abs(value) < 2**1023:
+    if type(value) in (int, float) and abs(value) < LARGEST:  # NaN fails the test too
         return float(value)
-    if type(value) in (int, float):  # NaN, Infinity or an int past float: never written (to_plain writes null)
-        raise _Bad(f"must be a finite number, not {value!r:.40}")
+    if type(value) in (int, float):  # never written: to_plain writes null for NaN and Infinity
+        raise _Bad(f"must be a finite number below 2^63, not {value!r:.40}")
     raise _Bad("must be a number")
 
 
 def _int(value: Any) -> int:
-    if type(value) is int:
+    if type(value) is int and abs(value) < LARGEST:
         return value
+    if type(value) is int:
+        raise _Bad(f"must be an integer below 2^63, not {value!r:.40}")
     raise _Bad("must be an integer")
 
 

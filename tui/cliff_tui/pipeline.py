@@ -69,10 +69,10 @@ class RunView:
         return self.result is not None or self.failure is not None
 
     def points(self) -> list[DecodePoint]:
-        return [DecodePoint(w.depth, 1000.0 / w.tok_s, w.n_tokens, w.phase) for w in self.windows if w.tok_s > 0]
+        return [DecodePoint(w.depth, 1000.0 / w.tok_s, w.n_tokens, w.phase) for w in self.windows if _measured(w)]
 
     def rate(self, phase: str) -> float | None:
-        windows = [w for w in self.windows if w.phase == phase and w.tok_s > 0]
+        windows = [w for w in self.windows if w.phase == phase and _measured(w)]
         if not windows:
             return None
         tokens = sum(w.n_tokens for w in windows)
@@ -194,7 +194,7 @@ class Pipeline:
         if e.run_id in self.runs:
             self.runs[e.run_id].windows.append(e)
             self.runs[e.run_id].watch.decoded(e)
-        elif e.run_id == ATTACH_RUN_ID and e.tok_s > 0:
+        elif e.run_id == ATTACH_RUN_ID and _measured(e):
             self._session_points.append(DecodePoint(e.depth, 1000.0 / e.tok_s, e.n_tokens, "depth"))
         self.history.add("tok_s", e.t, e.tok_s)
 
@@ -408,3 +408,8 @@ def _theory_per_token(group: RunGroup) -> float | None:
 
 def _rank(state: SignState) -> int:
     return {"amber": 1, "red": 2}.get(state.level, 0)
+
+
+def _measured(window: DecodeWindow) -> bool:
+    """A window that timed some tokens; a corrupt or empty one would divide by zero."""
+    return window.n_tokens > 0 and window.tok_s > 0

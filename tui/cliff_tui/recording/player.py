@@ -72,7 +72,7 @@ class Player:
             if event is None:
                 continue
             out.append(event)
-            self.position = max(self.position, event.t)
+            self.position = min(max(self.position, event.t), self.t_end)
             if isinstance(event, Sample):
                 break
         return out
@@ -118,7 +118,7 @@ class Player:
 
     def cursor_line(self, width: int = 40) -> str:
         span = max(self.t_end - self.t_start, 1e-9)
-        done = int((self.position - self.t_start) / span * width)
+        done = min(max(int((self.position - self.t_start) / span * width), 0), width)
         bar = "━" * done + "╸" + "─" * max(0, width - done - 1)
         elapsed = fmt_duration(self.position - self.t_start)
         total = fmt_duration(self.t_end - self.t_start)

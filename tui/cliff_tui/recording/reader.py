@@ -26,6 +26,7 @@ from cliff_tui.units import KiB
 
 _T_PREFIX = re.compile(rb'\{"t":\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)[,}]')
 _UNDECODED = object()
+LATEST_T = 2.0**34  # seconds since 1970: the year 2514
 LONG_LINE = 64 * KiB  # bytes: a line this long is decoded when the file is opened, not held
 
 
@@ -71,7 +72,7 @@ class Recording:
 
     def _time_of(self, i: int) -> float:
         match = _T_PREFIX.match(self._lines[i])
-        if match and math.isfinite(t := float(match.group(1))):
+        if match and _is_time(t := float(match.group(1))):
             return t
         event = self.event(i)  # no timestamp prefix: decode now (a corrupt line, most likely)
         return event.t if event is not None else math.nan
@@ -79,13 +80,20 @@ class Recording:
     def _decode(self, i: int) -> Any | None:
         line, self._lines[i] = self._lines[i], None  # decoded once: the event is kept, not the line
         try:
-            return event_from_plain(json.loads(line))
+            event = event_from_plain(json.loads(line))
+            if not _is_time(event.t):
+                raise DecodeError(f"t must be seconds since 1970, not {event.t!r:.40}")
+            return event
         except (ValueError, DecodeError, TypeError, RecursionError) as exc:
             if i == len(self._lines) - 1 and not self._ends_cleanly:
                 self.truncated_tail = True
             else:
                 self.skipped.append(f"line {self._numbers[i]}: {_why(exc)}")
             return None
+
+
+def _is_time(t: float) -> bool:
+    return 0 <= t < LATEST_T  # NaN fails too
 
 
 def open_recording(path: str | Path, *, lazy: bool = False) -> Recording:
