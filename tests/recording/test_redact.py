@@ -13,6 +13,7 @@ import pytest
 
 from cliff_tui.codec import event_to_plain
 from cliff_tui.events import GpuProcess, LogLine, Notice, RunFailed, SessionReading
+from cliff_tui.errors import BadInput
 from cliff_tui.recording.export import export
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.recording.redact import Redactor
@@ -108,3 +109,26 @@ def test_record_redact_writes_a_shareable_file(tmp_path, child):
     assert "…/mine.jsonl" in recording.header["command"] and str(tmp_path) not in path.read_text()
     pids = {e.process.pid for e in recording.events if getattr(e, "process", None) is not None}
     assert pids == {1}
+
+
+@pytest.mark.parametrize("fields", [
+    {"machine": "box", "gpus": ["H200"], "command": 5, "redacted": 5},
+    {"gpus": [{"name": 7}], "command": [1, None], "tool_version": ["x"]},
+    {"command": ["watch", "--pid", "²"]},
+])
+@pytest.mark.parametrize("fmt", ["md", "csv", "json", "jsonl"])
+@pytest.mark.parametrize("redact", [False, True])
+def test_a_header_with_fields_of_the_wrong_shape_still_exports(tmp_path, fields, fmt, redact):
+    header = {"type": "header", "format": "cliff-tui-recording", "schema": 1, **fields}
+    path = tmp_path / "odd.jsonl"
+    path.write_text(json.dumps(header) + "\n" + json.dumps(event_to_plain(SAMPLE)) + "\n")
+    out = export(str(path), fmt, redact=redact)
+    assert out and "Traceback" not in out
+
+
+def test_a_header_nested_too_deep_is_one_clear_error(tmp_path):
+    path = tmp_path / "deep.jsonl"
+    nested = "[" * 900 + "]" * 900  # json reads it; walking it again must not blow the stack
+    path.write_text('{"type": "header", "format": "cliff-tui-recording", "schema": 1, "x": ' + nested + "}\n")
+    with pytest.raises(BadInput, match="nested too deep"):
+        open_recording(path)

@@ -94,7 +94,7 @@ def _markdown(recording: Recording, pipeline: Pipeline) -> str:
     lines.append(f"- recorded by cliff-tui {h.get('tool_version', '?')} on {machine.get('hostname', '?')} "
                  f"({machine.get('os', machine.get('platform', '?'))}), command: `{' '.join(h.get('command') or [])}`")
     if h.get("gpus"):
-        lines.append("- GPUs: " + ", ".join(g.get("name", "?") for g in h["gpus"]) + f" (driver {h.get('driver')})")
+        lines.append("- GPUs: " + ", ".join(str(g.get("name", "?")) for g in h["gpus"]) + f" (driver {h.get('driver')})")
     if ss:
         lines.append(f"- {len(ss)} samples over {fmt_duration(ss[-1].t - ss[0].t)}; RAM peak "
                      f"{fmt_bytes(max(s.ram.used_bytes for s in ss))} of {fmt_bytes(ss[-1].ram.total_bytes)}")

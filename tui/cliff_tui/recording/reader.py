@@ -20,7 +20,7 @@ from typing import Any
 
 from cliff_tui.codec import DecodeError, event_from_plain
 from cliff_tui.errors import BadInput, read_bytes
-from cliff_tui.recording.schema import FORMAT, SCHEMA_VERSION
+from cliff_tui.recording.schema import FORMAT, HEADER_SHAPES, SCHEMA_VERSION
 from cliff_tui.text import inert_tree
 from cliff_tui.units import KiB
 
@@ -132,7 +132,10 @@ def _header(raw: bytes, name: str) -> dict[str, Any]:
     if schema > SCHEMA_VERSION:
         raise BadInput(f"{name} was written with recording schema {schema}, newer than this cliff-tui reads "
                        f"({SCHEMA_VERSION}): upgrade cliff-tui (pip install -U cliff-tui)")
-    return inert_tree(header)
+    try:
+        return inert_tree({k: v for k, v in header.items() if k not in HEADER_SHAPES or HEADER_SHAPES[k](v)})
+    except RecursionError:
+        raise BadInput(f"{name}: its header is nested too deep: not a cliff-tui recording") from None
 
 
 def _why(exc: Exception) -> str:

@@ -105,7 +105,7 @@ class Redactor:
         for i, arg in enumerate(argv):
             if not isinstance(arg, str):
                 out.append(arg)
-            elif i and argv[i - 1] == _PID_FLAG and arg.isdigit():
+            elif i and argv[i - 1] == _PID_FLAG and arg.isascii() and arg.isdigit():
                 out.append(str(self.pid(int(arg))))
             elif arg.startswith("--") and "=" in arg:
                 flag, _, value = arg.partition("=")

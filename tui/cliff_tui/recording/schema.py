@@ -12,12 +12,27 @@ import platform
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from cliff_tui import __version__
 
 FORMAT = "cliff-tui-recording"
 SCHEMA_VERSION = 1
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+# What readers rely on in a header; a field of another shape is dropped when it is read.
+HEADER_SHAPES: dict[str, Callable[[Any], bool]] = {
+    "tool_version": lambda v: isinstance(v, str),
+    "command": _strings,
+    "record_text": lambda v: isinstance(v, bool),
+    "machine": lambda v: isinstance(v, dict),
+    "gpus": lambda v: isinstance(v, list) and all(isinstance(g, dict) for g in v),
+    "redacted": _strings,
+}
 
 
 def make_header(command: list[str], record_text: bool, gpus: list[dict[str, Any]] | None = None,
