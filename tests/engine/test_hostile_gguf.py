@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import struct
 import unicodedata
+
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 
+from cliff_tui.errors import BadInput
 from cliff_tui.engine.gguf_meta import model_info_from_metadata, read_model_info
 from cliff_tui.engine.llama_log import LEVEL_INFO, MAX_PARTIAL, LlamaLog, parse_buffer_line
 from cliff_tui.text import LINE_LIMIT, LOG_LIMIT, inert
@@ -49,10 +54,6 @@ def test_bytes_that_are_not_utf8_are_replaced_not_passed_on(tmp_path):
 
 
 def test_a_string_longer_than_the_file_is_a_truncated_gguf_not_a_memory_error(tmp_path):
-    import pytest
-
-    from cliff_tui.errors import BadInput
-
     path = write_tiny_llama(tmp_path / "m.gguf", name="AAAA-name", **SMALL)
     data = path.read_bytes()
     at = data.index(b"AAAA-name") - 8  # the name's 64-bit length
@@ -73,3 +74,47 @@ def test_log_lines_are_inert_and_bounded():
     assert any(inert(EVIL) in line.text for line in seen)
     assert len(seen[-2].text) == LOG_LIMIT and "cut from" in seen[-2].text
     assert parse_buffer_line(seen[-1].text) is not None  # the buffer sizes still parse
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack("<Q", len(data)) + data
+
+
+def _raw_gguf(path, kv: list[tuple[str, int, bytes]], tensors: list[str]):
+    """A GGUF v3 header written byte by byte, for values no writer would produce."""
+    kv = [("general.architecture", 8, _string("llama")), *kv]
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv))
+    for key, vtype, payload in kv:
+        out += _string(key) + struct.pack("<I", vtype) + payload
+    for i, name in enumerate(tensors):  # one dimension of 8 f32 values each
+        out += _string(name) + struct.pack("<IQIQ", 1, 8, 0, 32 * i)
+    out += b"\0" * (-len(out) % 32) + b"\0" * (32 * len(tensors))
+    path.write_bytes(out)
+    return path
+
+
+BLOCKS = [f"blk.{i}.attn_q.weight" for i in range(2)]
+NESTED = (struct.pack("<IQ", 9, 1) * 5000) + struct.pack("<IQ", 4, 0)
+
+
+@pytest.mark.parametrize("kv, tensors, outcome", [
+    ([("general.alignment", 8, _string("x"))], BLOCKS, "read"),
+    ([("general.alignment", 6, struct.pack("<f", math.inf))], BLOCKS, "read"),
+    ([("general.alignment", 4, struct.pack("<I", 3))], BLOCKS, "impossible GGUF alignment 3"),
+    ([("llama.block_count", 6, struct.pack("<f", math.inf))], BLOCKS, "read"),
+    ([("llama.attention.head_count_kv", 9, struct.pack("<IQff", 6, 2, math.nan, 1.0))], BLOCKS, "read"),
+    ([("llama.block_count", 4, struct.pack("<I", 4_000_000_000))], BLOCKS, "claims 4,000,000,000 layers"),
+    ([], ["blk.99999999999.attn_q.weight"], "read"),
+    ([("x", 9, NESTED)], BLOCKS, "nested too deep"),
+    ([("x", 9, struct.pack("<IQQ", 8, 1, 2**64 - 1))], BLOCKS, "truncated GGUF"),
+])
+def test_a_header_with_impossible_values_reads_or_is_one_clear_error(tmp_path, kv, tensors, outcome):
+    path = _raw_gguf(tmp_path / "odd.gguf", kv, tensors)
+    if outcome == "read":
+        info = read_model_info(path)
+        assert info.architecture == "llama" and info.n_head_kv_layers is None
+        assert info.block_weight_bytes in (None, (32, 32))
+    else:
+        with pytest.raises(BadInput, match=outcome):
+            read_model_info(path)

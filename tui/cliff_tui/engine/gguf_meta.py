@@ -7,6 +7,7 @@ A small reader of its own: the ``gguf`` package parses every tokenizer string (s
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import struct
@@ -44,6 +45,11 @@ class _Reader:
             raise _Truncated()
         return data
 
+    def skip(self, n: int) -> None:
+        if n > self.size - self.f.tell():
+            raise _Truncated()
+        self.f.seek(n, os.SEEK_CUR)
+
     def unpack(self, fmt: str) -> Any:
         return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
 
@@ -51,7 +57,7 @@ class _Reader:
         return self.read(self.unpack(self.len_fmt)).decode("utf-8", errors="replace")
 
     def skip_string(self) -> None:
-        self.f.seek(self.unpack(self.len_fmt), os.SEEK_CUR)
+        self.skip(self.unpack(self.len_fmt))
 
     def value(self, vtype: int, keep: bool) -> Any:
         if vtype in _SCALARS:
@@ -64,7 +70,7 @@ class _Reader:
                 size = struct.calcsize(_SCALARS[item_type])
                 if keep and count <= 4096:
                     return list(struct.unpack(f"<{count}{_SCALARS[item_type][1]}", self.read(size * count)))
-                self.f.seek(size * count, os.SEEK_CUR)
+                self.skip(size * count)
                 return SkippedArray(count)
             for _ in range(count):
                 if item_type == _STRING:
@@ -97,6 +103,8 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], int, list[tu
             return _read_body(_Reader(f, version), p)
     except _Truncated:
         raise BadInput(f"{p} is a truncated GGUF (the header ends early): download or convert it again") from None
+    except RecursionError:
+        raise BadInput(f"{p} has arrays nested too deep for a GGUF header (corrupt file): download it again") from None
     except OSError as exc:
         raise file_error(exc, p, "model file", "pass -m PATH to a .gguf file") from None
 
@@ -113,9 +121,11 @@ def _read_body(r: _Reader, path: Path) -> tuple[dict[str, Any], int, list[tuple[
     for _ in range(n_tensors):
         name = r.string()
         n_dims = r.unpack("<I")
-        r.f.seek(n_dims * (4 if r.len_fmt == "<I" else 8) + 4, os.SEEK_CUR)
+        r.skip(n_dims * (4 if r.len_fmt == "<I" else 8) + 4)
         tensors.append((name, r.unpack("<Q")))
-    alignment = int(meta.get("general.alignment", 32) or 32)
+    alignment = _as_int(meta.get("general.alignment", 32)) or 32
+    if alignment < 0 or alignment & (alignment - 1) or alignment > 2**20:
+        raise BadInput(f"{path} has an impossible GGUF alignment {alignment} (corrupt file): download it again")
     pos = r.f.tell()
     data_start = -(-pos // alignment) * alignment
     return meta, data_start, tensors
@@ -131,6 +141,9 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
                        f"{data_start + max_offset:,}): download or convert it again")
     sizes = tensor_sizes(tensors, size - data_start)
     info = model_info_from_metadata(str(p), size, meta)
+    if info.n_layer is not None and not 0 <= info.n_layer <= len(tensors):  # each layer holds tensors
+        raise BadInput(f"{p} claims {info.n_layer:,} layers but holds {len(tensors):,} tensors (corrupt file): "
+                       "download or convert it again")
     output = sizes.get("output.weight", sizes.get("token_embd.weight"))
     return dataclasses.replace(info, block_weight_bytes=block_weight_bytes(sizes), output_weight_bytes=output)
 
@@ -149,7 +162,7 @@ def block_weight_bytes(sizes: dict[str, int]) -> tuple[int, ...] | None:
         match = _BLOCK_RE.match(name)
         if match:
             blocks[int(match[1])] = blocks.get(int(match[1]), 0) + size
-    if not blocks:
+    if not blocks or max(blocks) >= len(sizes):  # a block index past the tensor count: a corrupt name
         return None
     return tuple(blocks.get(i, 0) for i in range(max(blocks) + 1))
 
@@ -210,7 +223,7 @@ def model_info_from_metadata(path: str, size: int, meta: dict[str, Any]) -> Mode
 
 
 def _per_layer(value: Any) -> tuple[int, ...] | None:
-    if isinstance(value, list):
+    if isinstance(value, list) and all(isinstance(v, int) or math.isfinite(v) for v in value):
         return tuple(int(v) for v in value)
     return None
 
@@ -219,11 +232,11 @@ def _as_int(value: Any) -> int | None:
     """Per-layer arrays (some models vary KV heads by layer) become their rounded mean."""
     if isinstance(value, SkippedArray):
         return None
-    if isinstance(value, list):
-        return round(sum(value) / len(value)) if value else None
     if isinstance(value, bool) or value is None:
         return None
     try:
+        if isinstance(value, list):
+            return round(sum(value) / len(value)) if value else None
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # a string, NaN or infinity: not a count
         return None
