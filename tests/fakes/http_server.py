@@ -27,6 +27,7 @@ class Route:
     content_type: str = "text/plain"
     delay_s: float = 0.0  # answer late (a hung server)
     drop: bool = False  # close the connection without answering
+    stall_body_s: float = 0.0  # send the status line and headers, then wait before the body
 
     @classmethod
     def file(cls, name: str, status: int = 200, delay_s: float = 0.0) -> "Route":
@@ -108,6 +109,10 @@ class FakeHttpServer:
                 self.send_header("Content-Type", route.content_type)
                 self.send_header("Content-Length", str(len(route.body)))
                 self.end_headers()
+                if route.stall_body_s:
+                    self.wfile.flush()
+                    if server._stopping.wait(route.stall_body_s):
+                        return
                 self.wfile.write(route.body)
 
             def log_message(self, format: str, *args: object) -> None:

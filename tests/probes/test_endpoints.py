@@ -4,6 +4,7 @@ bodies (tests/data/endpoints)."""
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 
@@ -29,11 +30,11 @@ from fakes.servers import llama, ollama, plain
 
 def test_prometheus_text_parses_counters_gauges_and_labels():
     text = ("# HELP x y\n# TYPE llamacpp:a counter\nllamacpp:a 12.5\nllamacpp:b 3e2\n"
-            'm{position="0"} 4\nbad line\nnan_metric NaN\n')
+            'm{position="0"} 4\nbad line\nnan_metric NaN\ninf_metric +Inf\n')
     values = parse_prometheus(text)
     assert values["llamacpp:a"] == 12.5 and values["llamacpp:b"] == 300
     assert values['m{position="0"}'] == 4
-    assert "bad" not in values and values["nan_metric"] != values["nan_metric"]
+    assert "bad" not in values and "nan_metric" not in values and "inf_metric" not in values
 
 
 def test_a_counter_keeps_the_name_the_server_wrote():
@@ -53,7 +54,7 @@ def test_one_bad_line_hides_none_of_the_good_ones():
 @settings(max_examples=300, deadline=None)
 def test_the_parser_never_raises(text):
     values = parse_prometheus(text)
-    assert all(isinstance(v, float) for v in values.values())
+    assert all(isinstance(v, float) and math.isfinite(v) for v in values.values())
 
 
 @pytest.mark.parametrize("given, base", [
@@ -186,6 +187,13 @@ def test_hung_server_times_out_quickly(server):
     assert time.monotonic() - started < 2
 
 
+def test_an_error_whose_body_never_comes_is_still_one_reply(server):
+    s = server(plain, {"/metrics": Route(500, b"internal error", stall_body_s=5)})
+    started = time.monotonic()
+    reply = ep.fetch(s.url + "/metrics", 0.3)
+    assert (reply.status, reply.body) == (500, "") and time.monotonic() - started < 2
+
+
 def test_server_that_hangs_up_is_unreachable(server):
     s = server(plain, {"/metrics": Route(drop=True)})
     r = read_llama_server(s.url, 2)
@@ -199,7 +207,9 @@ bodies = st.one_of(st.text(max_size=200), json_values.map(json.dumps),
                    st.sampled_from(["llamacpp:tokens_predicted_total x\n", "llamacpp:requests_processing NaN\n",
                                     "llamacpp:kv_cache_tokens +Inf\n", '[{"id": 0, "n_ctx": NaN}]',
                                     '{"error": {"message": 5}}', '{"error": {"message": "metrics"}}',
-                                    '[{"id": "a", "n_ctx": true}]']))
+                                    '[{"id": "a", "n_ctx": true}]', '[{"id": 0, "n_ctx": 1' + "0" * 400 + "}]",
+                                    '{"models": [{"name": "m", "size": 1' + "0" * 400 + "}]}",
+                                    "[" * 100_000 + "]" * 100_000]))
 
 
 @settings(max_examples=150, deadline=None)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import json
-import math
 import socket
 import urllib.error
 import urllib.parse
@@ -40,7 +39,7 @@ class Reply:
     def json(self) -> Any:
         try:
             return json.loads(self.body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
 
@@ -85,10 +84,17 @@ def fetch(url: str, timeout: float) -> Reply:
         with opener.open(request, timeout=timeout) as response:
             return Reply(url, response.status, _text(response.read(MAX_BODY_BYTES)))
     except urllib.error.HTTPError as exc:
-        body = _text(exc.read(MAX_BODY_BYTES)) if exc.fp is not None else ""
-        return Reply(url, exc.code, body)
+        return Reply(url, exc.code, _error_body(exc))
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return Reply(url, None, error=describe_network_error(url, exc, timeout))
+
+
+def _error_body(exc: urllib.error.HTTPError) -> str:
+    """The words of an error reply, or '' when the server stalls or drops them."""
+    try:
+        return _text(exc.read(MAX_BODY_BYTES)) if exc.fp is not None else ""
+    except (OSError, http.client.HTTPException):
+        return ""
 
 
 def _text(data: bytes) -> str:
@@ -141,6 +147,7 @@ def describe_body(reply: Reply) -> str:
 
 
 def as_int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    """A count from a server's JSON; None for anything else (a string, NaN, a 400-digit number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) < 2**63:
         return None
     return int(value)

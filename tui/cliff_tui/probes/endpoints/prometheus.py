@@ -16,6 +16,8 @@ Two behaviours of that parser shape this reader:
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -35,8 +37,9 @@ def parse_prometheus(text: str) -> dict[str, float]:
 
 
 def _values(text: str) -> dict[str, float]:
+    """NaN and ±Inf are left out: every sample read here is a count, a total or a gauge."""
     return {_key(s.name, s.labels): float(s.value)
-            for family in text_string_to_metric_families(text) for s in family.samples}
+            for family in text_string_to_metric_families(text) for s in family.samples if math.isfinite(s.value)}
 
 
 def _key(name: str, labels: dict[str, str]) -> str:
