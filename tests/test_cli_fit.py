@@ -99,11 +99,22 @@ def test_fit_bad_input_is_one_line_and_exit_2(args, words):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_fit_from_a_file_that_is_no_triangulation_is_one_line(tmp_path):
+NOT_A_LINE = {"slope_bytes_per_token": {"touched": "Infinity"}, "intercept_bytes": {"touched": 1},
+              "runs": [{"cache_type_k": "f16", "cache_type_v": "f16", "flash_attn": "on"}]}
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"hello": 1}', "is not a triangulation's JSON output"),
+    ('{"kv_compare": 5}', "is not a triangulation's JSON output"),
+    (json.dumps(NOT_A_LINE).replace('"Infinity"', "Infinity"), "is not a triangulation's JSON output"),
+    (json.dumps(NOT_A_LINE).replace('"Infinity"', "1" + "0" * 400), "is not a triangulation's JSON output"),
+    ("[" * 100_000 + "]" * 100_000, "is neither a cliff-tui recording nor a triangulation's JSON output"),
+], ids=["no-slopes", "kv-compare-not-a-list", "infinite-slope", "400-digit-slope", "nested-too-deep"])
+def test_fit_from_a_file_that_is_no_triangulation_is_one_line(tmp_path, content, words):
     junk = tmp_path / "notes.json"
-    junk.write_text('{"hello": 1}')
+    junk.write_text(content)
     proc = fit("--from", str(junk))
-    assert proc.returncode == 2 and "is not a triangulation's JSON output" in proc.stderr
+    assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_triangulation_ends_with_the_fit_table_in_md_and_json():

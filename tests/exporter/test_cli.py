@@ -68,7 +68,9 @@ def test_a_corrupt_from_file_is_one_line_and_exit_2(tmp_path):
     bad.write_text('{"projection": {"target": 8192}, "slope_bytes_per_token": {"allocated": "lots"}}')
     cut = tmp_path / "cut.json"
     cut.write_bytes(b'{"cache_types": "f16", "proj')
-    for path in (bad, cut, tmp_path / "missing.json"):
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"projection": {"target": 8192}, "slope_bytes_per_token": {"allocated": 1' + "0" * 400 + "}}")
+    for path in (bad, cut, huge, tmp_path / "missing.json"):
         proc = run_exporter("--bind", "127.0.0.1:0", "--from", str(path))
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr

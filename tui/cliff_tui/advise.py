@@ -53,7 +53,7 @@ def measured_from_file(path: str) -> list[MeasuredLine]:
         return measured_lines(pipeline.triangulations(), pipeline.results)
     try:
         record = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadInput(f"{path} is neither a cliff-tui recording nor a triangulation's JSON output "
                        "(cliff-tui triangulate --headless -o json)") from None
     return _lines_from_record(record, path)
@@ -62,12 +62,14 @@ def measured_from_file(path: str) -> list[MeasuredLine]:
 def _lines_from_record(record: Any, path: str) -> list[MeasuredLine]:
     records = record.get("kv_compare") or [record] if isinstance(record, dict) else []
     lines = []
-    for rec in records:
+    for rec in records if isinstance(records, list) else [None]:
         try:
             slope, intercept = rec["slope_bytes_per_token"], rec["intercept_bytes"]
             run = rec["runs"][0]
             per_token = slope["touched"] if slope["touched"] is not None else slope["allocated"]
             base = intercept["touched"] if slope["touched"] is not None else intercept["allocated"]
+            if not all(isinstance(v, (int, float)) and abs(v) < 2**63 for v in (per_token, base)):  # NaN too
+                raise ValueError("a slope or an intercept is not a finite number")
             lines.append(MeasuredLine(float(per_token), float(base), run["cache_type_k"], run["cache_type_v"],
                                       flash_attn_in_effect(run["flash_attn"]), bool(run.get("swa_full", False)),
                                       f"{Path(path).name}"))

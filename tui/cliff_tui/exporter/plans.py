@@ -9,7 +9,6 @@ model's file name (never its directory) and the KV cache type.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,8 +136,8 @@ def _model_file(record: dict[str, Any]) -> str:
 def _number(value: Any, field: str, name: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadInput(f"{name}: {field} must be a number, not {value!r:.40}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) < 2**63:  # NaN too
+        raise BadInput(f"{name}: {field} must be a finite number below 2^63, not {value!r:.40}")
     return float(value)
 
 
