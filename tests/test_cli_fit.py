@@ -106,8 +106,8 @@ NOT_A_LINE = {"slope_bytes_per_token": {"touched": "Infinity"}, "intercept_bytes
 @pytest.mark.parametrize("content, words", [
     ('{"hello": 1}', "is not a triangulation's JSON output"),
     ('{"kv_compare": 5}', "is not a triangulation's JSON output"),
-    (json.dumps(NOT_A_LINE).replace('"Infinity"', "Infinity"), "is not a triangulation's JSON output"),
-    (json.dumps(NOT_A_LINE).replace('"Infinity"', "1" + "0" * 400), "is not a triangulation's JSON output"),
+    (json.dumps(NOT_A_LINE).replace('"Infinity"', "Infinity"), "a slope or an intercept is not a finite number"),
+    (json.dumps(NOT_A_LINE).replace('"Infinity"', "1" + "0" * 400), "a slope or an intercept is not a finite"),
     ("[" * 100_000 + "]" * 100_000, "is neither a cliff-tui recording nor a triangulation's JSON output"),
 ], ids=["no-slopes", "kv-compare-not-a-list", "infinite-slope", "400-digit-slope", "nested-too-deep"])
 def test_fit_from_a_file_that_is_no_triangulation_is_one_line(tmp_path, content, words):

@@ -8,10 +8,11 @@ import pytest
 
 from cliff_tui.codec import event_to_plain
 from cliff_tui.events import (
-    ATTACH_RUN_ID, DecodeWindow, GpuReading, Notice, RamReading, Sample, ServedModel, SessionReading, SlotReading,
-    SwapReading,
+    ATTACH_RUN_ID, DecodeWindow, GpuReading, Notice, RamReading, RunFinished, Sample, ServedModel, SessionReading,
+    SlotReading, SwapReading,
 )
 from cliff_tui.pipeline import Pipeline
+from cliff_tui.recording import demo
 from cliff_tui.recording.reader import parse_recording
 from cliff_tui.recording.schema import make_header
 from cliff_tui.units import GiB, MiB
@@ -165,9 +166,6 @@ def test_an_attached_servers_fullest_slot_is_held_against_the_measured_capacity(
 
 
 def test_a_window_that_timed_no_tokens_is_left_out_of_the_rates():
-    from cliff_tui.events import RunFinished
-    from cliff_tui.recording import demo
-
     events = [e for e in demo.gpu_cliff_run() if not isinstance(e, RunFinished)]  # judged live, not from its result
     clean, padded = Pipeline(), Pipeline()
     for e in events:

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cliff_tui.recording import demo
-from cliff_tui.codec import event_from_plain, event_to_plain
+from cliff_tui.codec import DecodeError, event_from_plain, event_to_plain, from_plain
 from cliff_tui.errors import BadInput
 from cliff_tui.events import (
     Alert, BufferSize, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, GpuDelta, GpuProcess, GpuReading,
@@ -176,6 +176,13 @@ def test_a_number_out_of_range_skips_its_line(field, number, why, lazy):
     assert recording.events == [SAMPLE, ALL_EVENTS[1]]
     assert recording.skipped == [f"line 3: {why}"]
     assert Player(recording).t_end == ALL_EVENTS[1].t
+
+
+@pytest.mark.parametrize("tp", [float, int])
+def test_a_number_just_below_2_63_is_refused_as_it_would_not_come_back(tp):
+    with pytest.raises(DecodeError, match="below 2\\^63"):
+        from_plain(tp, 2**63 - 100)  # float() rounds it to 2^63
+    assert from_plain(tp, 2**62) == 2**62
 
 
 def test_a_line_whose_prefix_and_body_disagree_on_t_keeps_the_replay_inside_the_recording():

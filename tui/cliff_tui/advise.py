@@ -22,7 +22,7 @@ from cliff_tui.analysis.fit import (
 )
 from cliff_tui.errors import BadInput, read_text
 from cliff_tui.events import ModelInfo, Sample
-from cliff_tui.units import fmt_bytes
+from cliff_tui.units import fmt_bytes, is_number
 
 
 @dataclass(frozen=True)
@@ -60,22 +60,26 @@ def measured_from_file(path: str) -> list[MeasuredLine]:
 
 
 def _lines_from_record(record: Any, path: str) -> list[MeasuredLine]:
+    not_ours = (f"{path} is not a triangulation's JSON output (no slopes and runs in it): "
+                "pass what `cliff-tui triangulate --headless -o json` printed")
     records = record.get("kv_compare") or [record] if isinstance(record, dict) else []
+    if not isinstance(records, list):
+        raise BadInput(not_ours)
     lines = []
-    for rec in records if isinstance(records, list) else [None]:
+    for rec in records:
         try:
             slope, intercept = rec["slope_bytes_per_token"], rec["intercept_bytes"]
             run = rec["runs"][0]
             per_token = slope["touched"] if slope["touched"] is not None else slope["allocated"]
             base = intercept["touched"] if slope["touched"] is not None else intercept["allocated"]
-            if not all(isinstance(v, (int, float)) and abs(v) < 2**63 for v in (per_token, base)):  # NaN too
-                raise ValueError("a slope or an intercept is not a finite number")
+            if not (is_number(per_token) and is_number(base)):
+                raise BadInput(f"{path}: a slope or an intercept is not a finite number: {per_token!r:.40}, "
+                               f"{base!r:.40}")
             lines.append(MeasuredLine(float(per_token), float(base), run["cache_type_k"], run["cache_type_v"],
                                       flash_attn_in_effect(run["flash_attn"]), bool(run.get("swa_full", False)),
                                       f"{Path(path).name}"))
         except (KeyError, IndexError, TypeError, ValueError):
-            raise BadInput(f"{path} is not a triangulation's JSON output (no slopes and runs in it): "
-                           "pass what `cliff-tui triangulate --headless -o json` printed") from None
+            raise BadInput(not_ours) from None
     if not lines:
         raise BadInput(f"{path} holds no triangulated line: run `cliff-tui triangulate` first")
     return lines

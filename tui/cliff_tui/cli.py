@@ -18,7 +18,7 @@ from cliff_tui.errors import BadInput, CliffError
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.formats import FORMATS
 from cliff_tui.text import inert
-from cliff_tui.units import fmt_bytes, parse_size, parse_tokens
+from cliff_tui.units import C_INT_MAX, fmt_bytes, parse_size, parse_tokens
 
 SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit", "exporter", "serve")
 EXIT_BAD_INPUT = 2
@@ -27,16 +27,23 @@ EXIT_INTERRUPTED = 130
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a number > 0, not {text!r}")
     return value
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number > 0, not {text!r}")
+    """A PID, a thread or batch count: what a C int holds."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 0 < value <= C_INT_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {C_INT_MAX:,}, not {text!r}")
     return value
 
 

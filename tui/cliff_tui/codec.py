@@ -17,6 +17,7 @@ from typing import Any, Callable, Literal, Union
 
 from cliff_tui.events import EVENT_NAMES, EVENT_TYPES, GeneratedText
 from cliff_tui.text import TEXT_LIMIT, inert
+from cliff_tui.units import is_number
 
 
 class DecodeError(ValueError):
@@ -196,11 +197,8 @@ def _dict_decoder(value_type: Any) -> Decoder:
     return decode
 
 
-LARGEST = 2**63  # nothing measured reaches it (bytes, seconds, tokens); past it, sums overflow later
-
-
 def _float(value: Any) -> float:
-    if type(value) in (int, float) and abs(value) < LARGEST:  # NaN fails the test too
+    if is_number(value):
         return float(value)
     if type(value) in (int, float):  # never written: to_plain writes null for NaN and Infinity
         raise _Bad(f"must be a finite number below 2^63, not {value!r:.40}")
@@ -208,7 +206,7 @@ def _float(value: Any) -> float:
 
 
 def _int(value: Any) -> int:
-    if type(value) is int and abs(value) < LARGEST:
+    if type(value) is int and is_number(value):
         return value
     if type(value) is int:
         raise _Bad(f"must be an integer below 2^63, not {value!r:.40}")

@@ -10,7 +10,9 @@ MiB = 1024**2
 GiB = 1024**3
 
 _UNIT_SIZES = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB}
-MAX_TOKENS = 2**31 - 1  # llama.cpp counts positions in an int32
+C_INT_MAX = 2**31 - 1
+MAX_TOKENS = C_INT_MAX  # llama.cpp counts positions in an int32
+LARGEST = 2**63  # past anything measured (bytes, seconds, tokens): a number beyond it is corrupt
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": KiB, "kb": KiB, "kib": KiB, "m": MiB, "mb": MiB, "mib": MiB,
                "g": GiB, "gb": GiB, "gib": GiB, "t": 1024 * GiB, "tb": 1024 * GiB, "tib": 1024 * GiB}
@@ -73,6 +75,12 @@ def fmt_tokens(n: float) -> str:
     return f"{value:g}"
 
 
+def is_number(value: object) -> bool:
+    """A number read from outside (JSON, a server's reply) that arithmetic can use: not a bool,
+    not NaN or infinite, below ``LARGEST`` in size."""
+    return type(value) in (int, float) and abs(value) < LARGEST and abs(float(value)) < LARGEST
+
+
 def parse_tokens(text: str) -> int:
     """``16k`` → 16000, ``65k`` → 65000 (k is 1000, as in the method's depths), ``2048`` → 2048."""
     given, text = text, text.strip().lower()
@@ -94,6 +102,6 @@ def parse_size(text: str) -> int:
         raise ValueError(f"not a size: {text!r} (try 512MiB or 2GiB)")
     number, unit = match.groups()
     value = float(number) * _SIZE_UNITS[(unit or "").lower()]
-    if value >= 2**63:
+    if value >= LARGEST:
         raise ValueError(f"not a size this machine could have: {text!r}")
     return int(value)

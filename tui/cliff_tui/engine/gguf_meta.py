@@ -141,8 +141,9 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
                        f"{data_start + max_offset:,}): download or convert it again")
     sizes = tensor_sizes(tensors, size - data_start)
     info = model_info_from_metadata(str(p), size, meta)
-    if info.n_layer is not None and not 0 <= info.n_layer <= len(tensors):  # each layer holds tensors
-        raise BadInput(f"{p} claims {info.n_layer:,} layers but holds {len(tensors):,} tensors (corrupt file): "
+    n_tensors = _as_int(meta.get("split.tensors.count")) or len(tensors)  # a split model's first file
+    if info.n_layer is not None and not 0 <= info.n_layer <= n_tensors:  # each layer holds tensors
+        raise BadInput(f"{p} claims {info.n_layer:,} layers but holds {n_tensors:,} tensors (corrupt file): "
                        "download or convert it again")
     output = sizes.get("output.weight", sizes.get("token_embd.weight"))
     return dataclasses.replace(info, block_weight_bytes=block_weight_bytes(sizes), output_weight_bytes=output)

@@ -19,6 +19,7 @@ from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import parse_recording
 from cliff_tui.recording.schema import FORMAT
 from cliff_tui.report import triangulation_record
+from cliff_tui.units import is_number
 
 _GPU_TIER = re.compile(r"GPU(\d+)")
 
@@ -136,7 +137,7 @@ def _model_file(record: dict[str, Any]) -> str:
 def _number(value: Any, field: str, name: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) < 2**63:  # NaN too
+    if not is_number(value):
         raise BadInput(f"{name}: {field} must be a finite number below 2^63, not {value!r:.40}")
     return float(value)
 

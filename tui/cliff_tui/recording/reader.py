@@ -120,10 +120,13 @@ def parse_recording(data: bytes, name: str = "recording", *, lazy: bool = False)
 
 def _header(raw: bytes, name: str) -> dict[str, Any]:
     not_ours = f"{name} is not a cliff-tui recording (its first line is not a cliff-tui header)"
+    too_deep = f"{name}: its header is nested too deep: not a cliff-tui recording"
     try:
         header = json.loads(raw)
-    except (ValueError, RecursionError):
+    except ValueError:
         raise BadInput(not_ours) from None
+    except RecursionError:
+        raise BadInput(too_deep) from None
     if not isinstance(header, dict) or header.get("type") != "header" or header.get("format") != FORMAT:
         raise BadInput(not_ours)
     schema = header.get("schema")
@@ -135,7 +138,7 @@ def _header(raw: bytes, name: str) -> dict[str, Any]:
     try:
         return inert_tree({k: v for k, v in header.items() if k not in HEADER_SHAPES or HEADER_SHAPES[k](v)})
     except RecursionError:
-        raise BadInput(f"{name}: its header is nested too deep: not a cliff-tui recording") from None
+        raise BadInput(too_deep) from None
 
 
 def _why(exc: Exception) -> str:

@@ -50,8 +50,8 @@ class Redactor:
 
     @classmethod
     def for_header(cls, header: dict[str, Any]) -> "Redactor":
-        machine = header.get("machine")
-        return cls([machine.get("hostname")] if isinstance(machine, dict) else [])
+        hostname = (header.get("machine") or {}).get("hostname")
+        return cls([hostname] if isinstance(hostname, str) else [])
 
     # --- the rules ------------------------------------------------------------------------
 

@@ -26,9 +26,7 @@ def _strings(value: Any) -> bool:
 
 # What readers rely on in a header; a field of another shape is dropped when it is read.
 HEADER_SHAPES: dict[str, Callable[[Any], bool]] = {
-    "tool_version": lambda v: isinstance(v, str),
     "command": _strings,
-    "record_text": lambda v: isinstance(v, bool),
     "machine": lambda v: isinstance(v, dict),
     "gpus": lambda v: isinstance(v, list) and all(isinstance(g, dict) for g in v),
     "redacted": _strings,

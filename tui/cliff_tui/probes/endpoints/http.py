@@ -16,7 +16,7 @@ from typing import Any, Callable
 from cliff_tui.events import ServerKind, ServerStatus, SessionReading
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
 from cliff_tui.text import inert
-from cliff_tui.units import MiB
+from cliff_tui.units import MiB, is_number
 
 MAX_BODY_BYTES = 16 * MiB  # /slots carries every slot's prompt text: large in a long chat
 _KNOWN_SUFFIXES = ("/metrics", "/slots", "/props", "/health", "/api/ps", "/v1")
@@ -148,6 +148,4 @@ def describe_body(reply: Reply) -> str:
 
 def as_int(value: Any) -> int | None:
     """A count from a server's JSON; None for anything else (a string, NaN, a 400-digit number)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) < 2**63:
-        return None
-    return int(value)
+    return int(value) if is_number(value) else None
