@@ -52,6 +52,13 @@ def fmt_pct(pct: float | None, na: str = "–", signed: bool = False) -> str:
     return f"{pct:+.0f}%" if signed else f"{pct:.0f}%"
 
 
+def fmt_share(part: float | None, whole: float | None, na: str = "–") -> str:
+    """``part`` of ``whole`` as a percentage; ``na`` where there is no whole to divide by."""
+    if part is None or not whole or whole < 0:
+        return na
+    return f"{part / whole:.0%}"
+
+
 def fmt_duration(seconds: float | None, na: str = "–") -> str:
     if seconds is None:
         return na
