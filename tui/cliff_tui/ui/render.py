@@ -18,7 +18,7 @@ from cliff_tui.events import GpuReading, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import inert
 from cliff_tui.ui.graph import Graph, zoom_range
-from cliff_tui.units import GiB, MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_tok_s
+from cliff_tui.units import GiB, MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_share, fmt_tok_s
 
 if TYPE_CHECKING:
     from cliff_tui.ui.widgets import Part
@@ -266,11 +266,11 @@ def _ram_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     note, style = (f"{sign.headline} — {sign.detail}", _level_style(sign.level)) if sign else ("", DIM)
     used, total = s.ram_used_bytes, s.ram_capacity_bytes
     if cg is not None and used is not None:
-        value = f"{fmt_bytes(used)} / {fmt_bytes(total)}  {used / total:.0%}" \
+        value = f"{fmt_bytes(used)} / {fmt_bytes(total)}  {fmt_share(used, total)}" \
                 f"  · the machine has {fmt_bytes(r.total_bytes)}"
         return Panel("ram", cg.tier, value, _byte_graphs(p, "ram.cgroup", total, per_column, cliff=not s.gpus), note,
                      style, _version(p, "ram.cgroup", per_column))
-    value = f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {r.used_bytes / r.total_bytes:.0%}" \
+    value = f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {fmt_share(r.used_bytes, r.total_bytes)}" \
             f"  · available {fmt_bytes(r.available_bytes)}"
     return Panel("ram", "System RAM", value, _byte_graphs(p, "ram.used", r.total_bytes, per_column, cliff=not s.gpus),
                  note, style,
@@ -282,7 +282,7 @@ def _swap_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     if sw.total_bytes == 0:
         return Panel("swap", "Swap", "none configured", None,
                      "no swap: past RAM the kernel kills the process instead of slowing it")
-    value = f"{fmt_bytes(sw.used_bytes)} / {fmt_bytes(sw.total_bytes)}  {sw.used_bytes / sw.total_bytes:.0%}"
+    value = f"{fmt_bytes(sw.used_bytes)} / {fmt_bytes(sw.total_bytes)}  {fmt_share(sw.used_bytes, sw.total_bytes)}"
     note, style = "", DIM
     if not s.gpus and (sign := p.signs.get(1)) is not None:
         note, style = sign.detail, _level_style(sign.level)
