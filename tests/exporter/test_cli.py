@@ -78,7 +78,7 @@ def test_a_corrupt_from_file_is_one_line_and_exit_2(tmp_path):
 
 
 def test_a_bad_bind_is_one_line_and_exit_2():
-    for bind in ("127.0.0.1:99999", "nowhere:x", "[::1"):
+    for bind in ("127.0.0.1:99999", "nowhere:x", "[::1", "127.0.0.1:²", "a..b:10450", "x" * 64 + ".lan:10450"):
         proc = run_exporter("--bind", bind)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--bind" in proc.stderr, proc.stderr
 

@@ -68,7 +68,7 @@ def test_urls_are_normalised_to_the_server_base(given, base):
     assert normalise_url(given) == base
 
 
-@pytest.mark.parametrize("bad", ["ftp://host", "http://", "http://host:99999x"])
+@pytest.mark.parametrize("bad", ["ftp://host", "http://", "http://host:99999x", "http://[::1:8080", "[x]:80"])
 def test_bad_urls_are_bad_input_not_a_traceback(bad):
     with pytest.raises(BadUrl):
         normalise_url(bad)

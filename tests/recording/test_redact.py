@@ -61,6 +61,7 @@ def test_the_redactor_rules():
     assert r.text(f"pid {PIDS[1]}, PID {PIDS[0]}, process {PIDS[1]}") == "pid 1, PID 2, process 1"
     assert r.text("on SECRET-BOX and secret-box.example.org") == "on <host> and <host>"
     assert r.url("http://secret-box:8080") == "http://<host>:8080" and r.url("http://127.0.0.1:8080").endswith(":8080")
+    assert r.url("http://[secret-box:8080") == "http://[<host>:8080"  # not a URL: redacted as text
     assert r.command(["--pid", str(PIDS[0]), "--record=/srv/private/r.jsonl"]) == ["--pid", "2", "--record=…/r.jsonl"]
 
 

@@ -45,7 +45,7 @@ def parse_bind(text: str, default_port: int = EXPORTER_PORT) -> Bind:
         if not sep or (rest and not rest.startswith(":")):
             raise BadInput(f"--bind {text}: write an IPv6 address as [ADDRESS]:PORT")
         port = rest[1:] or str(default_port)
-    elif value.isdigit():
+    elif _is_port(value):
         host, port = DEFAULT_HOST, value
     elif value.count(":") == 1:
         host, port = value.split(":")
@@ -54,9 +54,22 @@ def parse_bind(text: str, default_port: int = EXPORTER_PORT) -> Bind:
         raise BadInput(f"--bind {text}: write an IPv6 address as [ADDRESS]:PORT")
     else:
         host, port = value, str(default_port)
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not host or not _is_port(port) or not _is_host_name(host):
         raise BadInput(f"--bind {text}: expected HOST:PORT with a port from 0 to 65535 (e.g. 127.0.0.1:{default_port})")
     return Bind(host, int(port))
+
+
+def _is_port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and int(text) <= 65535
+
+
+def _is_host_name(host: str) -> bool:
+    """An address, or a name the resolver can be asked about (IDNA refuses empty and overlong labels)."""
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    return True
 
 
 def is_loopback(host: str) -> bool:

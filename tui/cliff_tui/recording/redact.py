@@ -69,7 +69,10 @@ class Redactor:
         return shown
 
     def url(self, url: str) -> str:
-        parts = urllib.parse.urlsplit(url)
+        try:
+            parts = urllib.parse.urlsplit(url)
+        except ValueError:  # not a URL after all: redacted as any other text
+            return self.text(url)
         if parts.hostname and parts.hostname not in _LOOPBACK:
             netloc = HOST + (f":{parts.port}" if _port(parts) else "")
             url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))

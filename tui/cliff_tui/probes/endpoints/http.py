@@ -48,7 +48,10 @@ def normalise_url(url: str) -> str:
     text = url.strip()
     if "://" not in text:
         text = "http://" + text
-    parts = urllib.parse.urlsplit(text)
+    try:
+        parts = urllib.parse.urlsplit(text)
+    except ValueError:  # an unclosed or invalid [IPv6] host
+        raise BadUrl(f"{url!r} is not an http(s)://host[:port] URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadUrl(f"{url!r} is not an http(s)://host[:port] URL")
     try:
