@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import signal
 import sys
 import threading
 import time
@@ -62,6 +63,13 @@ class PrefillProfile:
 
 
 # --- child side -------------------------------------------------------------------------------
+
+
+def _child_main(target: Callable, *args: Any) -> None:
+    """Ctrl-C in the terminal reaches the whole process group: the parent owns the cancelling, so
+    an interrupted child does not die with a traceback, or read as a run that failed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    target(*args)
 
 
 def _run_point_main(settings: RunSettings, options: Any, conn: Any) -> None:
@@ -181,7 +189,7 @@ def run_in_worker(target: Callable, args: tuple, on_message: Callable[[Any], Non
     ``on_message``, stop it when ``cancel`` is set. Returns its exit code (None if cancelled)."""
     _ensure_resource_tracker()
     parent, child = _CTX.Pipe(duplex=False)
-    process = _CTX.Process(target=target, args=(*args, child), daemon=True, name="cliff-worker")
+    process = _CTX.Process(target=_child_main, args=(target, *args, child), daemon=True, name="cliff-worker")
     process.start()
     child.close()
     if on_pid:
@@ -207,7 +215,7 @@ def run_in_worker(target: Callable, args: tuple, on_message: Callable[[Any], Non
                         break
                 break
         process.join()
-        return process.exitcode
+        return None if cancel.is_set() else process.exitcode
     finally:
         parent.close()
         if on_pid:
