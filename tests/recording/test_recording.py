@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -325,3 +326,28 @@ def test_a_forward_seek_ends_where_a_seek_from_the_start_does(tmp_path):
     assert a.history.get("ram.used").points() == b.history.get("ram.used").points()
     stepped.seek_by(-30, now=0)  # backward: rebuilt
     assert stepped.pipeline is not a and stepped.player.position == pytest.approx(middle - 20)
+
+def _file_size_limit(size: int):
+    def limit() -> None:  # in the child: a write past ``size`` fails with EFBIG, as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    return limit
+
+
+def test_a_recording_that_cannot_grow_stops_with_one_line_and_stays_readable(tmp_path):
+    path = tmp_path / "r.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.05", "--record",
+                           str(path)], preexec_fn=_file_size_limit(8192), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert f"recording to {path} stopped: File too large; the " in proc.stderr and "kept and readable" in proc.stderr
+    recording = open_recording(path)
+    assert len(recording.events) >= 2 and all(isinstance(e, Sample) for e in recording.events)
+    assert os.path.getsize(path) <= 8192
+
+
+def test_a_recording_whose_first_line_cannot_be_written_is_refused_with_one_line():
+    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--headless", "--record", "/dev/full",
+                           "--force"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "cannot write the recording /dev/full: No space left on device: record elsewhere" in proc.stderr

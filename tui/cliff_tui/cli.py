@@ -260,8 +260,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
         sample = sampler.sample()
         print(json.dumps(sample_record(sample), indent=2) if args.json else watch_line(sample))
         return 0
-    Headless(_session(args, sampler=sampler, queued=False)).watch(sys.stdout, args.json)
-    return 0
+    session = _session(args, sampler=sampler, queued=False)
+    Headless(session).watch(sys.stdout, args.json)
+    return _exit_code(session)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -281,7 +282,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"speed: {result.verdict.level} — {result.verdict.text}")
     else:
         print(dumps([run_record(result)], args.output))
-    return 0
+    return _exit_code(session)
 
 
 def cmd_triangulate(args: argparse.Namespace) -> int:
@@ -297,7 +298,7 @@ def cmd_triangulate(args: argparse.Namespace) -> int:
     if _run_headless(session) == "cancelled":
         return EXIT_INTERRUPTED
     print(triangulation_output(session.pipeline, args.output))
-    return 0
+    return _exit_code(session)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -439,6 +440,11 @@ def _session(args: argparse.Namespace, job=None, *, sampler=None, queued: bool =
                                    record_text=args.record_text, redact=args.redact)
     return Session(sampler=sampler or _sampler_for(job), job=job, interval=args.interval, recorder=recorder,
                    queued=queued)
+
+
+def _exit_code(session) -> int:
+    """0, or 2 where ``--record`` could not be written to the end (it said so when it stopped)."""
+    return EXIT_BAD_INPUT if session.recording_failure else 0
 
 
 def _run_headless(session) -> str:

@@ -54,10 +54,12 @@ class Headless:
         def show(event: object) -> None:
             if isinstance(event, Sample):
                 print(json.dumps(sample_record(event)) if as_json else watch_line(event), file=out, flush=True)
+            elif isinstance(event, Notice) and event.level == "warning":
+                print(f"cliff-tui: {_text(event)}", file=self.stderr, flush=True)
 
         self.session.bus.subscribe(show)
-        with stop_on_signals(self.session.cancel), self.session:
-            while not self.session.cancel.wait(0.2):
+        with stop_on_signals(self.session.cancel), self.session:  # recording is what it is for: stop with it
+            while not self.session.cancel.wait(0.2) and self.session.recording_failure is None:
                 pass
 
 

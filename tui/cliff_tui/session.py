@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from cliff_tui.bus import EventBus
 from cliff_tui.engine.priority import lower_other_threads
 from cliff_tui.errors import Cancelled, CliffError
-from cliff_tui.events import Alert, RunFailed
+from cliff_tui.events import Alert, Notice, RunFailed
 from cliff_tui.jobs import Job, Outcome
 from cliff_tui.pipeline import Pipeline
 
@@ -45,6 +45,7 @@ class Session:
         self.job = job
         self.interval = interval
         self.recorder: Recorder | None = None
+        self.recording_failure: str | None = None
         self.player: Player | None = None
         self.cancel = threading.Event()
         self.alert_listeners: list[AlertListener] = []
@@ -161,9 +162,14 @@ class Session:
         """Record every event from now on (after what a replay needs to show the screen so far)."""
         self.stop_recording()
         self.recorder = recorder
+        recorder.on_failure = self._recording_failed
         if self.pipeline.latest is not None or self.pipeline.runs:
             recorder.write_snapshot(self.pipeline)
         self._stop_recording = self.bus.subscribe(recorder.write)
+
+    def _recording_failed(self, text: str) -> None:
+        self.recording_failure = text
+        self.bus.publish(Notice(time.time(), text, "warning"))
 
     def stop_recording(self) -> Recorder | None:
         recorder, self.recorder = self.recorder, None

@@ -1,6 +1,8 @@
 """Append-only recorder: one JSON line per event, line-buffered so a ``kill -9`` loses at most
 the line being written. Never overwrites a file unless told to. ``redact``: the hostname, user
-paths, command-line paths and PIDs are replaced as they are written (:mod:`.redact`)."""
+paths, command-line paths and PIDs are replaced as they are written (:mod:`.redact`). A write
+that fails (a full disk) stops the recording, says so once through ``on_failure`` and leaves
+what was written readable; monitoring goes on."""
 
 from __future__ import annotations
 
@@ -8,10 +10,10 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cliff_tui.codec import event_to_plain
-from cliff_tui.errors import file_error
+from cliff_tui.errors import BadInput, file_error
 from cliff_tui.events import GeneratedText, RunFinished
 from cliff_tui.recording.redact import Redactor
 from cliff_tui.recording.schema import make_header
@@ -29,6 +31,9 @@ class Recorder:
         self.redactor = Redactor.for_this_machine() if redact else None
         self._lock = threading.Lock()
         self.count = 0
+        self.failure: str | None = None
+        self.failure_reason = ""
+        self.on_failure: Callable[[str], None] = lambda text: None
 
     @classmethod
     def create(cls, path: str | Path, *, command: list[str], force: bool = False,
@@ -41,6 +46,9 @@ class Recorder:
         recorder = cls(path, handle, record_text, redact)
         header = make_header(command, record_text, *_gpu_identity())
         recorder._write_line(header if recorder.redactor is None else recorder.redactor.header(header), redact=False)
+        if recorder.failure is not None:
+            raise BadInput(f"cannot write the recording {path}: {recorder.failure_reason}: record elsewhere "
+                           "(--record FILE)")
         return recorder
 
     def write(self, event: Any) -> None:
@@ -65,8 +73,25 @@ class Recorder:
                 return
             if redact and self.redactor is not None:
                 plain = self.redactor.plain(plain)
-            self._file.write(json.dumps(plain, separators=(",", ":"), allow_nan=False) + "\n")
-            self.count += 1
+            try:
+                self._file.write(json.dumps(plain, separators=(",", ":"), allow_nan=False) + "\n")
+                self.count += 1
+                return
+            except OSError as exc:
+                failed = self._stop(exc)
+        self.on_failure(failed)  # outside the lock: the listener may publish, and so reach write()
+
+    def _stop(self, exc: OSError) -> str:
+        """Close the file after a failed write; the one line that says so."""
+        try:
+            self._file.close()
+        except OSError:
+            pass  # the same failure again, flushing what the write left
+        self._file = None
+        self.failure_reason = exc.strerror or str(exc)
+        self.failure = (f"recording to {self.path} stopped: {self.failure_reason}; "
+                        f"the {self.count:,} lines before it are kept and readable")
+        return self.failure
 
     def __enter__(self) -> "Recorder":
         return self
@@ -76,9 +101,12 @@ class Recorder:
 
     def close(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            handle, self._file = self._file, None
+            if handle is not None:
+                try:
+                    handle.close()
+                except OSError as exc:
+                    self.failure = self.failure or f"recording to {self.path}: {exc.strerror or exc} on closing it"
 
 
 def _gpu_identity() -> tuple[list[dict[str, Any]], str | None]:
