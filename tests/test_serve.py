@@ -101,11 +101,29 @@ def test_a_port_in_use_is_one_line_and_exit_2():
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "port is in use" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("command", [["serve"], ["exporter"]])
-def test_what_has_no_screen_is_not_served(command):
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "serve", "--bind", f"127.0.0.1:{free_port()}", "--",
-                           *command], capture_output=True, text=True, timeout=60, env=clean_env())
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+@pytest.mark.parametrize("args, words", [
+    (["--", "serve"], "serve cannot serve itself"),
+    (["--", "exporter"], "the exporter has no screen"),
+    (["--", "fit"], "fit prints a table"),
+    (["--", "watch", "--once"], "--once and --headless print instead of drawing a screen"),
+    (["--", "run", "--headless"], "--once and --headless print instead of drawing a screen"),
+    (["--", "watch", "--intervall", "1"], "unrecognized arguments: --intervall 1"),
+    (["--public-url", "http://[gpu-box"], "--public-url: 'http://[gpu-box' is not an http(s)://host[:port] URL"),
+    (["--public-url", "ftp://gpu-box"], "--public-url: 'ftp://gpu-box' is not an http(s)://host[:port] URL"),
+])
+def test_what_cannot_be_served_is_refused_before_it_listens(args, words):
+    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "serve", "--bind", f"127.0.0.1:{free_port()}", *args],
+                          capture_output=True, text=True, timeout=60, env=clean_env())
+    assert proc.returncode == 2 and words in proc.stderr.splitlines()[-1] and "Traceback" not in proc.stderr, \
+        proc.stderr
+
+
+def test_a_public_url_is_read_as_browsers_need_it():
+    from cliff_tui.listen import Bind
+    from cliff_tui.serve import public_url
+
+    assert public_url(Bind("0.0.0.0", 10451), "gpu-box:10451/") == "http://gpu-box:10451"
+    assert public_url(Bind("0.0.0.0", 10451), "https://lab.example/cliff/") == "https://lab.example/cliff"
 
 
 def test_a_wider_bind_warns_once_and_names_this_machine_for_browsers():

@@ -388,7 +388,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from cliff_tui.serve import serve
 
     command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    _check_served(command or ["watch"])
     return serve(parse_bind(args.bind, SERVE_PORT), command or ["watch"], args.public_url)
+
+
+def _check_served(command: list[str]) -> None:
+    """The command each browser tab runs, parsed here: a mistake in it is one line now, not a blank
+    tab later."""
+    served = build_parser().parse_args(normalise_argv(command))  # argparse: one line and exit 2
+    if getattr(served, "once", False) or getattr(served, "headless", False):
+        raise BadInput(f"cliff-tui serve -- {' '.join(command)}: --once and --headless print instead of "
+                       "drawing a screen: serve the command without them")
 
 
 # --- plumbing ---------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ from typing import Sequence
 
 from cliff_tui.errors import BadInput
 from cliff_tui.listen import Bind, listen_error, wide_bind_warning
+from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
 
 NOT_SERVED = {"serve": "serve cannot serve itself", "exporter": "the exporter has no screen: run it directly",
-              "export": "export prints tables: run it directly"}
+              "export": "export prints tables: run it directly", "fit": "fit prints a table: run it directly"}
 
 
 def served_command(command: Sequence[str]) -> str:
@@ -28,9 +29,16 @@ def served_command(command: Sequence[str]) -> str:
     return shlex.join([sys.executable, "-m", "cliff_tui", *command])
 
 
-def public_url(bind: Bind) -> str:
-    """Where a browser finds the page: the bound address, or this machine's name for a wildcard
-    bind (the page tells the browser where its websocket is, so 0.0.0.0 would not do)."""
+def public_url(bind: Bind, given: str | None = None) -> str:
+    """Where a browser finds the page, which links its scripts and websocket from it: ``given``
+    (``--public-url``) checked and without a trailing slash, else the bound address, or this
+    machine's name for a wildcard bind (0.0.0.0 would not do)."""
+    if given:
+        try:
+            return normalise_url(given)
+        except BadUrl as exc:
+            raise BadInput(f"--public-url: {exc}: pass the address browsers use "
+                           f"(e.g. http://gpu-box:{bind.port})") from None
     host = bind.host
     if host in ("0.0.0.0", "::", ""):
         host = socket.gethostname()
@@ -46,11 +54,12 @@ def serve(bind: Bind, command: Sequence[str], url: str | None = None) -> int:
     if bind.port == 0:
         raise BadInput("--bind: serve needs a fixed port (browsers are sent to it)")
     line = served_command(command)
+    url = public_url(bind, url)
     _check_free(bind)
     if not bind.loopback:
         print(wide_bind_warning(bind, "serve"), file=sys.stderr, flush=True)
     title = "cliff-tui " + " ".join(command or ["watch"])
-    server = Server(line, host=bind.host, port=bind.port, title=title, public_url=url or public_url(bind))
+    server = Server(line, host=bind.host, port=bind.port, title=title, public_url=url)
     try:
         server.serve()
     except OSError as exc:
