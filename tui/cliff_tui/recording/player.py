@@ -118,7 +118,7 @@ class Player:
 
     def cursor_line(self, width: int = 40) -> str:
         span = max(self.t_end - self.t_start, 1e-9)
-        done = min(max(int((self.position - self.t_start) / span * width), 0), width)
+        done = int((self.position - self.t_start) / span * width)  # every setter keeps position in the recording
         bar = "━" * done + "╸" + "─" * max(0, width - done - 1)
         elapsed = fmt_duration(self.position - self.t_start)
         total = fmt_duration(self.t_end - self.t_start)
