@@ -249,6 +249,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     from cliff_tui.probes.sampler import Sampler
 
+    _check_once(args)
     sampler = Sampler(pid=args.pid)
     if not args.once and not args.headless:
         return _tui(args, _session(args, sampler=sampler))
@@ -322,6 +323,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_attach(args: argparse.Namespace) -> int:
     from cliff_tui.jobs.attach import AttachJob, attach_once
 
+    _check_once(args)
     measured = _measured_capacity(args.from_file) if args.from_file else None
     job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout, measured)
     sampler = _sampler_for(job, pid=args.pid)
@@ -330,6 +332,12 @@ def cmd_attach(args: argparse.Namespace) -> int:
         print(json.dumps(record, indent=2))
         return 0 if ok else EXIT_UNREACHABLE
     return _tui(args, _session(args, job, sampler=sampler))
+
+
+def _check_once(args: argparse.Namespace) -> None:
+    if args.once and args.record:
+        raise BadInput(f"--once prints one reading and records nothing: drop --record {args.record}, "
+                       "or record a session with --headless")
 
 
 def _measured_capacity(path: str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 
@@ -45,6 +46,8 @@ def file_error(exc: OSError, path: str | os.PathLike, what: str, hint: str = "")
         return BadInput(f"{what} not found: {p}{tail}")
     if isinstance(exc, IsADirectoryError):
         return BadInput(f"{p} is a directory, not a {what}{tail}")
+    if isinstance(exc, FileExistsError) and p.is_dir():
+        return BadInput(f"{p} is a directory, not a {what}: give a file's path")
     if isinstance(exc, FileExistsError):
         return BadInput(f"{p} already exists: pass --force to overwrite it or choose another name")
     if isinstance(exc, PermissionError):
@@ -52,8 +55,20 @@ def file_error(exc: OSError, path: str | os.PathLike, what: str, hint: str = "")
     return BadInput(f"cannot use the {what} {p}: {exc.strerror or exc}")
 
 
+def check_readable(path: str | os.PathLike, what: str) -> None:
+    """:class:`BadInput` for what cannot be read to its end as a file: a device (``/dev/zero``
+    never ends) or a socket. A pipe is read as the stream it is."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise file_error(exc, path, what) from None
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        raise BadInput(f"{Path(path)} is a device, not a {what}: pass a file")
+
+
 def read_bytes(path: str | os.PathLike, what: str) -> bytes:
     """The file's bytes; :class:`BadInput` (``file_error``'s line) when it cannot be read."""
+    check_readable(path, what)
     try:
         return Path(path).read_bytes()
     except OSError as exc:
@@ -62,6 +77,7 @@ def read_bytes(path: str | os.PathLike, what: str) -> bytes:
 
 def read_text(path: str | os.PathLike, what: str) -> str:
     """The file as UTF-8 text, undecodable bytes replaced; :class:`BadInput` when it cannot be read."""
+    check_readable(path, what)
     try:
         return Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:

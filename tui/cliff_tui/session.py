@@ -220,13 +220,13 @@ def _ignore_pid(pid: int | None) -> None:
 @contextmanager
 def stop_on_signals(cancel: threading.Event) -> Iterator[None]:
     """SIGINT/SIGTERM set ``cancel`` (the job stops at its next check) instead of killing us
-    mid-write; a second SIGINT raises KeyboardInterrupt as usual."""
+    mid-write; a second one raises KeyboardInterrupt, also out of a call that blocks."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, _frame: object) -> None:
-        if cancel.is_set() and signum == signal.SIGINT:
+        if cancel.is_set():
             raise KeyboardInterrupt
         cancel.set()
 

@@ -10,6 +10,7 @@ import dataclasses
 import math
 import os
 import re
+import stat
 import struct
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -90,6 +91,9 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], int, list[tu
     offset, and each tensor's (name, offset) in file order."""
     p = Path(path)
     try:
+        mode = p.stat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO would block here, llama.cpp maps a file
+            raise BadInput(f"{p} is not a regular file: pass -m a llama.cpp .gguf model")
         with p.open("rb") as f:
             magic = f.read(4)
             if magic != GGUF_MAGIC:

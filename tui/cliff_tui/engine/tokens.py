@@ -3,10 +3,11 @@ repeated to the depth asked for. Deterministic, so runs compare."""
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 from pathlib import Path
 
-from cliff_tui.errors import BadInput, file_error
+from cliff_tui.errors import BadInput, check_readable, file_error
 
 BUILTIN_TEXT = """\
 A memory hierarchy trades capacity for speed. Registers answer in a cycle, caches in a few,
@@ -24,6 +25,8 @@ see where the line meets the capacity of the fast level.
 """
 
 MINIMAL_PROMPT = "The"
+BYTES_PER_TOKEN = 64  # far more than any tokenizer averages over a text: such a prefix holds the depth
+SMALLEST_READ = 2**20
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class Prompt:
 
 def prompt_tokens(model, depth: int, prompt_file: str | None = None) -> Prompt:
     """``depth`` tokens, starting with BOS: the document repeated as often as needed."""
-    text = read_prompt_file(prompt_file) if prompt_file else BUILTIN_TEXT
+    text = read_prompt_file(prompt_file, depth) if prompt_file else BUILTIN_TEXT
     body = model.tokenize(text, add_bos=False)
     if not body:
         raise BadInput(f"{prompt_file} holds no text to tokenize: pass a real document with --prompt-file")
@@ -54,11 +57,18 @@ def prompt_tokens(model, depth: int, prompt_file: str | None = None) -> Prompt:
     return Prompt(out[:depth], prompt_file, one_copy)
 
 
-def read_prompt_file(path: str) -> str:
+def read_prompt_file(path: str, depth: int) -> str:
+    """The document, as far as ``depth`` tokens can reach into it: a file of gigabytes, or a pipe
+    that never ends, is read no further."""
     p = Path(path)
+    check_readable(p, "prompt file")
+    limit = max(depth * BYTES_PER_TOKEN, SMALLEST_READ)
     try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise BadInput(f"{p} is not UTF-8 text: --prompt-file takes a text document") from None
+        with p.open("rb") as f:
+            data = f.read(limit)
     except OSError as exc:
         raise file_error(exc, p, "prompt file") from None
+    try:  # a character cut at the limit is left out, not an error
+        return codecs.getincrementaldecoder("utf-8")().decode(data, final=len(data) < limit)
+    except UnicodeDecodeError:
+        raise BadInput(f"{p} is not UTF-8 text: --prompt-file takes a text document") from None
