@@ -28,6 +28,7 @@ class Route:
     delay_s: float = 0.0  # answer late (a hung server)
     drop: bool = False  # close the connection without answering
     stall_body_s: float = 0.0  # send the status line and headers, then wait before the body
+    trickle_s: float = 0.0  # send the body a byte at a time, this long apart (a slow proxy)
 
     @classmethod
     def file(cls, name: str, status: int = 200, delay_s: float = 0.0) -> "Route":
@@ -113,6 +114,13 @@ class FakeHttpServer:
                     self.wfile.flush()
                     if server._stopping.wait(route.stall_body_s):
                         return
+                if route.trickle_s:
+                    for i in range(len(route.body)):
+                        self.wfile.write(route.body[i:i + 1])
+                        self.wfile.flush()
+                        if server._stopping.wait(route.trickle_s):
+                            return
+                    return
                 self.wfile.write(route.body)
 
             def log_message(self, format: str, *args: object) -> None:

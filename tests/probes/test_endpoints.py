@@ -194,6 +194,14 @@ def test_an_error_whose_body_never_comes_is_still_one_reply(server):
     assert (reply.status, reply.body) == (500, "") and time.monotonic() - started < 2
 
 
+def test_a_reply_trickled_a_byte_at_a_time_stops_at_the_timeout(server):
+    s = server(llama, Route(200, Route.file("llama_metrics_idle.txt").body, trickle_s=0.05))
+    started = time.monotonic()
+    r = read_llama_server(s.url, 0.3)
+    assert r.status == "unreachable" and "sent its reply too slowly: not all of it within 0.3 s" in r.message
+    assert time.monotonic() - started < 3
+
+
 def test_server_that_hangs_up_is_unreachable(server):
     s = server(plain, {"/metrics": Route(drop=True)})
     r = read_llama_server(s.url, 2)

@@ -7,6 +7,7 @@ import http.client
 import ipaddress
 import json
 import socket
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -85,17 +86,36 @@ def fetch(url: str, timeout: float) -> Reply:
     opener = _DIRECT if _is_loopback(url) else urllib.request.build_opener()
     try:
         with opener.open(request, timeout=timeout) as response:
-            return Reply(url, response.status, _text(response.read(MAX_BODY_BYTES)))
+            return Reply(url, response.status, _text(_read_body(response, time.monotonic() + timeout)))
     except urllib.error.HTTPError as exc:
-        return Reply(url, exc.code, _error_body(exc))
+        return Reply(url, exc.code, _error_body(exc, time.monotonic() + timeout))
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return Reply(url, None, error=describe_network_error(url, exc, timeout))
 
 
-def _error_body(exc: urllib.error.HTTPError) -> str:
+class SlowReply(TimeoutError):
+    """The body kept coming, a little at a time, past the timeout."""
+
+
+def _read_body(response: Any, deadline: float) -> bytes:
+    """At most ``MAX_BODY_BYTES``, all of it by ``deadline``: the socket's timeout holds for each
+    read, and a server trickling a byte at a time would otherwise hold the probe for ever."""
+    chunks, size = [], 0
+    while size < MAX_BODY_BYTES:
+        chunk = response.read1(min(1 << 16, MAX_BODY_BYTES - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if time.monotonic() > deadline:
+            raise SlowReply("the reply came too slowly")
+    return b"".join(chunks)
+
+
+def _error_body(exc: urllib.error.HTTPError, deadline: float) -> str:
     """The words of an error reply, or '' when the server stalls or drops them."""
     try:
-        return _text(exc.read(MAX_BODY_BYTES)) if exc.fp is not None else ""
+        return _text(_read_body(exc, deadline)) if exc.fp is not None else ""
     except (OSError, http.client.HTTPException):
         return ""
 
@@ -110,6 +130,8 @@ def describe_network_error(url: str, exc: BaseException, timeout: float) -> str:
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     if isinstance(reason, ConnectionRefusedError):
         return f"nothing is listening on {where} (connection refused)"
+    if isinstance(reason, SlowReply):
+        return f"{where} sent its reply too slowly: not all of it within {timeout:g} s (a slow proxy?)"
     if isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason):
         return f"no answer from {where} within {timeout:g} s (timeout)"
     if isinstance(reason, socket.gaierror):
