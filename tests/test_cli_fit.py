@@ -162,3 +162,27 @@ def test_vram_large_enough_needs_no_ngl_rows():
 def test_vram_bad_input_exits_2(args, words):
     proc = fit(*args)
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("architecture, extra", [
+    ("clip", {"clip.has_vision_encoder": True}),  # a multimodal projector (mmproj-*.gguf)
+    ("llama", {"general.type": "adapter", "adapter.type": "lora"}),
+])
+def test_a_gguf_that_is_no_language_model_is_one_line(tmp_path, architecture, extra):
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "mmproj.gguf"
+    writer = gguf.GGUFWriter(str(path), architecture)
+    for key, value in extra.items():
+        (writer.add_bool if isinstance(value, bool) else writer.add_string)(key, value)
+    for i in range(2):
+        writer.add_tensor(f"blk.{i}.attn_q.weight", np.ones((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    proc = fit("-m", str(path), "-c", "4096", "--capacity", "8GiB")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().endswith(f"the header describes no language model's layers ({architecture}): "
+                                        "a multimodal projector or a LoRA adapter? pass -m the model itself")

@@ -151,6 +151,9 @@ def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: 
     ``weights_bytes``: a measured model buffer on the tier. ``compute_bytes``: a measured compute
     buffer (else not included). ``measured``: triangulated lines, used for the options they match;
     the first one's non-KV base and per-token growth beyond its theory carry the other rows."""
+    if kv_layout(model) is None:
+        raise ValueError(f"the header describes no language model's layers ({model.architecture or 'no architecture'}"
+                         "): a multimodal projector or a LoRA adapter? pass -m the model itself")
     target = target_ctx or model.n_ctx_train
     if not target or target <= 0:
         raise ValueError("no target context: pass one (the header has no trained context)")
