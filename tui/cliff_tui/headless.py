@@ -20,10 +20,11 @@ from cliff_tui.units import fmt_bytes, fmt_duration
 
 
 class Headless:
-    def __init__(self, session: Session, *, stderr: TextIO = sys.stderr) -> None:
+    def __init__(self, session: Session, *, stderr: TextIO | None = None) -> None:
         self.session = session
-        self.stderr = stderr
+        self.stderr = stderr or sys.stderr
         self._last_prefill_print = 0.0
+        self.output_error: OSError | None = None  # standard output closed or full: the watch stopped
 
     def run_job(self, progress: bool = True) -> Outcome:
         """Run the session's job to the end with sampling on; progress lines go to stderr."""
@@ -36,26 +37,37 @@ class Headless:
     def _print_progress(self, event: object) -> None:
         if isinstance(event, RunProgress) and event.phase in ("load", "baseline", "decode", "done"):
             if event.phase != "decode" or event.depth == event.depth_target:
-                print(f"[{event.phase}] depth {event.depth:,}/{event.depth_target:,}", file=self.stderr)
+                self._say(f"[{event.phase}] depth {event.depth:,}/{event.depth_target:,}")
         elif isinstance(event, RunProgress) and event.phase == "prefill":
             now = time.monotonic()
             if now - self._last_prefill_print > 10:
                 self._last_prefill_print = now
                 rate = f"{event.prefill_tok_s:.0f} tok/s" if event.prefill_tok_s else ""
-                print(f"[prefill] depth {event.depth:,}/{event.depth_target:,} {rate} "
-                      f"ETA {fmt_duration(event.eta_s)}", file=self.stderr)
+                self._say(f"[prefill] depth {event.depth:,}/{event.depth_target:,} {rate} "
+                          f"ETA {fmt_duration(event.eta_s)}")
         elif isinstance(event, (Notice, Alert)):
-            print(f"[{getattr(event, 'level', 'info')}] {_text(event)}", file=self.stderr)
+            self._say(f"[{getattr(event, 'level', 'info')}] {_text(event)}")
         elif isinstance(event, RunFailed) and event.kind == "does_not_fit":
-            print(f"[does not fit] {inert(event.message)}", file=self.stderr)
+            self._say(f"[does not fit] {inert(event.message)}")
+
+    def _say(self, line: str) -> None:
+        """A progress line; where standard error is full, the run goes on without them."""
+        try:
+            print(line, file=self.stderr, flush=True)
+        except OSError:
+            pass
 
     def watch(self, out: TextIO, as_json: bool) -> None:
         """Print a line per sample until SIGINT/SIGTERM (cron, nohup, systemd)."""
         def show(event: object) -> None:
             if isinstance(event, Sample):
-                print(json.dumps(sample_record(event)) if as_json else watch_line(event), file=out, flush=True)
+                try:
+                    print(json.dumps(sample_record(event)) if as_json else watch_line(event), file=out, flush=True)
+                except OSError as exc:  # `| head -1` has what it wanted, or the disk is full: stop
+                    self.output_error = exc
+                    self.session.cancel.set()
             elif isinstance(event, Notice) and event.level == "warning":
-                print(f"cliff-tui: {_text(event)}", file=self.stderr, flush=True)
+                self._say(f"cliff-tui: {_text(event)}")
 
         self.session.bus.subscribe(show)
         with stop_on_signals(self.session.cancel), self.session:  # recording is what it is for: stop with it

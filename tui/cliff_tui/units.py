@@ -12,6 +12,7 @@ GiB = 1024**3
 _UNIT_SIZES = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB}
 C_INT_MAX = 2**31 - 1
 MAX_TOKENS = C_INT_MAX  # llama.cpp counts positions in an int32
+LLAMA_MAX_SEQ = 256  # the most sequences (llama-server slots) one llama.cpp context holds
 LARGEST = 2**63  # past anything measured (bytes, seconds, tokens): a number beyond it is corrupt
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": KiB, "kb": KiB, "kib": KiB, "m": MiB, "mb": MiB, "mib": MiB,

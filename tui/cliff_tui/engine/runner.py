@@ -149,7 +149,8 @@ def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
         settings = dataclasses.replace(settings, threads=default_threads())
     need = settings.depth + settings.n_gen
     if settings.n_ctx is not None and settings.n_ctx < need:
-        raise BadInput(f"-c {settings.n_ctx} is smaller than --depth + --n-gen = {need}")
+        raise BadInput(f"-c {settings.n_ctx:,} is smaller than the depth {settings.depth:,} + --n-gen "
+                       f"{settings.n_gen:,} = {need:,}: raise -c, or leave it out to size each context")
     return settings, notes
 
 

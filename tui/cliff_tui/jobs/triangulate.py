@@ -173,8 +173,9 @@ class TriangulateJob:
         self.title = f"depths {shown}"
 
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
+        deepest = max(self.requested_depths or [1])  # with -c, every depth must fit in it
         for k, v in self.kv_types:
-            resolve_settings(dataclasses.replace(self.base, depth=1, cache_type_k=k, cache_type_v=v))
+            resolve_settings(dataclasses.replace(self.base, depth=deepest, cache_type_k=k, cache_type_v=v))
         model = self.model = read_model_info(self.base.model_path)
         first = Sampler(pid=None).sample()
         note = ""

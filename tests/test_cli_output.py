@@ -1,0 +1,66 @@
+"""Where the output goes: a reader that stops early, a full disk, a closed stderr, no terminal at
+all. One line and an exit code each, never a traceback or a process left waiting; a real
+subprocess each time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLIFF = [sys.executable, "-m", "cliff_tui"]
+RECORDING = str(Path(__file__).parent / "data" / "smollm2_triangulation.jsonl")
+FULL = "cliff-tui: cannot write the output: No space left on device: free space or write it elsewhere"
+
+
+def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLIFF, *args], capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def test_a_headless_watch_stops_when_its_reader_has_what_it_wanted():
+    proc = subprocess.Popen([*CLIFF, "watch", "--headless", "-i", "0.1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip()  # `| head -1`
+        proc.stdout.close()
+        assert proc.wait(timeout=20) == 0
+        assert proc.stderr.read() == ""
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("args", [["watch", "--headless", "-i", "0.1"], ["watch", "--headless", "--json"],
+                                  ["fit", "--capacity", "8GiB"], ["watch", "--once"]])
+def test_a_full_disk_under_the_output_is_one_line(args):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([*CLIFF, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=30)
+    assert (proc.returncode, proc.stderr.strip()) == (2, FULL)
+
+
+def test_with_stderr_closed_nothing_meant_for_it_lands_in_the_output():
+    proc = run("fit", "-m", "/nonexistent.gguf", preexec_fn=lambda: os.close(2))
+    assert (proc.returncode, proc.stdout) == (2, "")
+
+
+@pytest.mark.parametrize("args, instead", [
+    (["watch"], "--headless for lines of text"),
+    (["attach", "--pid", "1"], "--once for one reading"),
+    (["replay", RECORDING], "cliff-tui export FILE for its tables"),
+])
+def test_the_dashboard_without_a_terminal_says_what_to_use_instead(args, instead):
+    proc = run(*args, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"cliff-tui: the dashboard needs a terminal (stdin and stderr): use {instead}, or ssh -t"
+    assert proc.stdout == ""
+
+
+def test_a_triangulation_whose_depths_do_not_fit_the_given_context_says_so():
+    proc = run("triangulate", "--headless", "--depths", "256,512", "-n", "8", "-c", "300")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == ("cliff-tui: -c 300 is smaller than the depth 512 + --n-gen 8 "
+                                                    "= 520: raise -c, or leave it out to size each context")
+
