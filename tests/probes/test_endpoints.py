@@ -63,12 +63,22 @@ def test_the_parser_never_raises(text):
     ("http://localhost:8080/metrics", "http://localhost:8080"),
     ("https://box.lan/llm/v1", "https://box.lan/llm"),
     ("http://[::1]:11434/api/ps", "http://[::1]:11434"),
+    ("http://127.0.0.1:8080/v1/chat/completions", "http://127.0.0.1:8080"),  # the URL a chat client is given
+    ("https://box.lan/llm/v1/completions/", "https://box.lan/llm"),
+    ("http://127.0.0.1:11434/api/generate", "http://127.0.0.1:11434"),
 ])
 def test_urls_are_normalised_to_the_server_base(given, base):
     assert normalise_url(given) == base
 
 
-@pytest.mark.parametrize("bad", ["ftp://host", "http://", "http://host:99999x", "http://[::1:8080", "[x]:80"])
+def test_a_password_in_the_url_is_refused_and_not_printed():
+    with pytest.raises(BadInput, match="carries a user name or password") as refused:
+        AttachJob.from_args("http://admin:hunter2@127.0.0.1:8080", None)
+    assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize("bad", ["ftp://host", "http://", "http://host:99999x", "http://[::1:8080", "[x]:80",
+                                 "http://user:pw@127.0.0.1:8080"])
 def test_bad_urls_are_bad_input_not_a_traceback(bad):
     with pytest.raises(BadUrl):
         normalise_url(bad)

@@ -20,7 +20,10 @@ from cliff_tui.text import inert
 from cliff_tui.units import MiB, is_number
 
 MAX_BODY_BYTES = 16 * MiB  # /slots carries every slot's prompt text: large in a long chat
-_KNOWN_SUFFIXES = ("/metrics", "/slots", "/props", "/health", "/api/ps", "/v1")
+# what a user may paste after the base URL: the servers' own API paths (the longest first)
+_API_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/chat/completions",
+              "/completions", "/completion", "/embeddings", "/models", "/metrics", "/slots", "/props", "/health",
+              "/tokenize", "/api/generate", "/api/chat", "/api/tags", "/api/ps", "/api/version")
 _USER_AGENT = "cliff-tui"
 
 
@@ -59,10 +62,12 @@ def normalise_url(url: str) -> str:
         parts.port
     except ValueError:
         raise BadUrl(f"{url!r} has a bad port") from None
+    if parts.username is not None:
+        raise BadUrl(f"the URL for {parts.hostname} carries a user name or password, which cliff-tui does not "
+                     "send (nor print): give http(s)://host[:port]")
     path = parts.path.rstrip("/")
-    for suffix in _KNOWN_SUFFIXES:
-        if path.endswith(suffix):
-            path = path[: -len(suffix)]
+    path = next((path[: -len(api)] for api in _API_PATHS if path.endswith(api)), path).rstrip("/")
+    path = path.removesuffix("/v1")
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
