@@ -108,6 +108,10 @@ def test_a_port_in_use_is_one_line_and_exit_2():
     (["--", "watch", "--once"], "--once and --headless print instead of drawing a screen"),
     (["--", "run", "--headless"], "--once and --headless print instead of drawing a screen"),
     (["--", "watch", "--intervall", "1"], "unrecognized arguments: --intervall 1"),
+    (["--", "replay", "/nonexistent.jsonl"], "recording not found: /nonexistent.jsonl"),
+    (["--", "run", "-m", "/nonexistent.gguf"], "model file not found: /nonexistent.gguf"),
+    (["--", "attach", "--llama-server", "ftp://x"], "--llama-server: 'ftp://x' is not an http(s)://host[:port] URL"),
+    (["--", "watch", "--record", "r.jsonl"], "they cannot share one --record file: record from a terminal"),
     (["--public-url", "http://[gpu-box"], "--public-url: 'http://[gpu-box' is not an http(s)://host[:port] URL"),
     (["--public-url", "ftp://gpu-box"], "--public-url: 'ftp://gpu-box' is not an http(s)://host[:port] URL"),
 ])

@@ -442,6 +442,29 @@ def _check_served(command: list[str]) -> None:
     if getattr(served, "once", False) or getattr(served, "headless", False):
         raise BadInput(f"cliff-tui serve -- {' '.join(command)}: --once and --headless print instead of "
                        "drawing a screen: serve the command without them")
+    if getattr(served, "record", None):
+        raise BadInput("cliff-tui serve: each browser tab runs a session of its own, and they cannot share one "
+                       "--record file: record from a terminal, or press r in the tab")
+    _check_files(served)
+
+
+def _check_files(args: argparse.Namespace) -> None:
+    """What a command reads before it draws anything, read now: the model's header, the recording,
+    a triangulation file, a server's URL."""
+    from cliff_tui.errors import check_readable
+
+    if getattr(args, "model", None):
+        from cliff_tui.engine.gguf_meta import read_model_info
+
+        read_model_info(os.path.abspath(args.model))
+    if args.command == "replay":
+        check_readable(args.file, "recording")
+    if getattr(args, "from_file", None):
+        check_readable(args.from_file, "triangulation file")
+    if args.command == "attach":
+        from cliff_tui.jobs.attach import AttachJob
+
+        AttachJob.from_args(args.llama_server, args.ollama)
 
 
 # --- plumbing ---------------------------------------------------------------------------------
