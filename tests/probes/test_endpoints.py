@@ -78,7 +78,7 @@ def test_a_password_in_the_url_is_refused_and_not_printed():
 
 
 @pytest.mark.parametrize("bad", ["ftp://host", "http://", "http://host:99999x", "http://[::1:8080", "[x]:80",
-                                 "http://user:pw@127.0.0.1:8080"])
+                                 "http://user:pw@127.0.0.1:8080", "http://gpu box:8080"])
 def test_bad_urls_are_bad_input_not_a_traceback(bad):
     with pytest.raises(BadUrl):
         normalise_url(bad)

@@ -56,7 +56,7 @@ def normalise_url(url: str) -> str:
         parts = urllib.parse.urlsplit(text)
     except ValueError:  # an unclosed or invalid [IPv6] host
         raise BadUrl(f"{url!r} is not an http(s)://host[:port] URL") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in parts.netloc):
         raise BadUrl(f"{url!r} is not an http(s)://host[:port] URL")
     try:
         parts.port
