@@ -12,17 +12,18 @@ from pathlib import Path
 import pytest
 
 CLIFF = [sys.executable, "-m", "cliff_tui"]
+BUFFERED = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as a user's shell has it
 RECORDING = str(Path(__file__).parent / "data" / "smollm2_triangulation.jsonl")
 FULL = "cliff-tui: cannot write the output: No space left on device: free space or write it elsewhere"
 
 
 def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLIFF, *args], capture_output=True, text=True, timeout=60, **kwargs)
+    return subprocess.run([*CLIFF, *args], capture_output=True, text=True, timeout=60, env=BUFFERED, **kwargs)
 
 
 def test_a_headless_watch_stops_when_its_reader_has_what_it_wanted():
     proc = subprocess.Popen([*CLIFF, "watch", "--headless", "-i", "0.1"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=BUFFERED)
     try:
         assert proc.stdout.readline().strip()  # `| head -1`
         proc.stdout.close()
@@ -37,7 +38,8 @@ def test_a_headless_watch_stops_when_its_reader_has_what_it_wanted():
                                   ["fit", "--capacity", "8GiB"], ["watch", "--once"]])
 def test_a_full_disk_under_the_output_is_one_line(args):
     with open("/dev/full", "w") as full:
-        proc = subprocess.run([*CLIFF, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=30)
+        proc = subprocess.run([*CLIFF, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=30,
+                              env=BUFFERED)
     assert (proc.returncode, proc.stderr.strip()) == (2, FULL)
 
 
@@ -58,9 +60,30 @@ def test_the_dashboard_without_a_terminal_says_what_to_use_instead(args, instead
     assert proc.stdout == ""
 
 
-def test_a_triangulation_whose_depths_do_not_fit_the_given_context_says_so():
-    proc = run("triangulate", "--headless", "--depths", "256,512", "-n", "8", "-c", "300")
+def test_no_terminal_is_said_before_a_recording_is_created(tmp_path):
+    target = tmp_path / "r.jsonl"
+    proc = run("watch", "--record", str(target), stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and "the dashboard needs a terminal" in proc.stderr
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("args, deepest", [
+    (["--depths", "256,512"], "512"),
+    (["--fill", "synthetic"], "65,000"),  # the default depths, planned
+])
+def test_a_triangulation_whose_depths_do_not_fit_the_given_context_says_so(args, deepest):
+    proc = run("triangulate", "--headless", *args, "-n", "8", "-c", "300")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == ("cliff-tui: -c 300 is smaller than the depth 512 + --n-gen 8 "
-                                                    "= 520: raise -c, or leave it out to size each context")
+    assert proc.stderr.strip().splitlines()[-1] == (f"cliff-tui: -c 300 is smaller than the depth {deepest} + "
+                                                    f"--n-gen 8 = {int(deepest.replace(',', '')) + 8:,}: raise -c, "
+                                                    "or leave it out to size each context")
+
+
+def test_a_triangulation_refuses_a_pipe_as_its_prompt_file(tmp_path):
+    fifo = tmp_path / "doc"
+    os.mkfifo(fifo)
+    proc = run("triangulate", "--headless", "--depths", "256", "-n", "8", "--prompt-file", str(fifo))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (f"cliff-tui: {fifo} is a pipe: triangulate reads the prompt "
+                                                    "file once per depth, so pass a regular file")
 

@@ -72,6 +72,12 @@ def test_a_prompt_file_is_read_only_as_far_as_the_depth_reaches(tmp_path):
     assert text == "a" * (limit - 1)
 
 
+def test_the_deepest_depth_does_not_reserve_its_bytes_for_a_small_file(tmp_path):
+    document = tmp_path / "small.txt"
+    document.write_text("the quick brown fox")
+    assert read_prompt_file(str(document), 2**31 - 1) == "the quick brown fox"
+
+
 def test_a_short_prompt_file_that_is_not_utf8_is_still_refused(tmp_path):
     document = tmp_path / "latin1.txt"
     document.write_bytes("café".encode("latin-1"))
@@ -106,6 +112,14 @@ def test_once_does_not_pretend_to_record(command, tmp_path, capsys):
     assert line == (f"cliff-tui: --once prints one reading and records nothing: drop --record {target}, "
                     "or record a session with --headless")
     assert not target.exists()
+
+
+def test_a_first_stop_signal_only_cancels_even_when_the_job_cancelled_itself():
+    cancel = threading.Event()
+    with stop_on_signals(cancel):
+        cancel.set()  # a job that ended, or output that failed
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the handler runs here: no KeyboardInterrupt
 
 
 def test_a_second_stop_signal_breaks_out_of_whatever_blocks():

@@ -71,9 +71,11 @@ def test_urls_are_normalised_to_the_server_base(given, base):
     assert normalise_url(given) == base
 
 
-def test_a_password_in_the_url_is_refused_and_not_printed():
+@pytest.mark.parametrize("url", ["http://admin:hunter2@127.0.0.1:8080", "http://admin:hunter2@127.0.0.1:99999",
+                                 "ftp://admin:hunter2@host", "http://admin:hunter2@[::1:8080", "admin:hunter2@gpu box"])
+def test_a_password_in_the_url_is_refused_and_not_printed(url):
     with pytest.raises(BadInput, match="carries a user name or password") as refused:
-        AttachJob.from_args("http://admin:hunter2@127.0.0.1:8080", None)
+        AttachJob.from_args(url, None)
     assert "hunter2" not in str(refused.value)
 
 

@@ -249,7 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr = open(os.devnull, "w")
     args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
     try:
-        return _dispatch(args)
+        code = _dispatch(args)
+        sys.stdout.flush()  # a full disk under buffered output shows here, not at exit
+        return code
     except CliffError as exc:
         print(f"cliff-tui: {inert(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -508,6 +510,8 @@ def _session(args: argparse.Namespace, job=None, *, sampler=None, queued: bool =
     """The session a command runs: its job, the sampler that follows it, and ``--record FILE``."""
     from cliff_tui.session import Session
 
+    if not getattr(args, "headless", False):
+        _need_terminal(args.command)  # before --record creates its file
     recorder = None
     if getattr(args, "record", None):
         from cliff_tui.recording.writer import Recorder
@@ -543,7 +547,6 @@ def _need_terminal(command: str) -> None:
 
 
 def _tui(args: argparse.Namespace, session) -> int:
-    _need_terminal(args.command)
     session.start_sampling()  # the first sample is taken while the screen's code loads
     from cliff_tui.ui.app import CliffApp
 

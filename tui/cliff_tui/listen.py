@@ -88,8 +88,8 @@ def wide_bind_warning(bind: Bind, what: str) -> str:
 
 def listen_error(bind: Bind, exc: OSError) -> BadInput:
     if exc.errno == errno.EADDRINUSE:
-        return BadInput(f"cannot listen on {bind}: the port is in use (ss -ltnp shows by what): choose "
-                        "another with --bind HOST:PORT")
+        return BadInput(f"cannot listen on {bind}: the port is in use (ss -ltnp names the process): "
+                        "choose another with --bind HOST:PORT")
     if exc.errno == errno.EADDRNOTAVAIL:
         return BadInput(f"cannot listen on {bind}: {bind.host} is not an address of this machine")
     if exc.errno == errno.EACCES:

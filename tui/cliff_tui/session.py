@@ -225,9 +225,12 @@ def stop_on_signals(cancel: threading.Event) -> Iterator[None]:
         yield
         return
 
+    received: list[int] = []
+
     def handler(signum: int, _frame: object) -> None:
-        if cancel.is_set():
+        if received:
             raise KeyboardInterrupt
+        received.append(signum)
         cancel.set()
 
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}

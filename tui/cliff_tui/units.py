@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -97,8 +98,11 @@ def parse_tokens(text: str) -> int:
     mult = 1
     if text.endswith("k"):
         text, mult = text[:-1], 1000
-    value = float(text) * mult
-    if not 0 < value <= MAX_TOKENS or value != int(value):
+    try:
+        value = float(text) * mult
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_TOKENS or value != int(value):  # NaN fails too
         raise ValueError(f"not a whole number of tokens from 1 to {MAX_TOKENS:,}: {given!r}")
     return int(value)
 

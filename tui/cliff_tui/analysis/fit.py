@@ -151,7 +151,8 @@ def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: 
     ``weights_bytes``: a measured model buffer on the tier. ``compute_bytes``: a measured compute
     buffer (else not included). ``measured``: triangulated lines, used for the options they match;
     the first one's non-KV base and per-token growth beyond its theory carry the other rows."""
-    if kv_layout(model) is None:
+    layout = kv_layout(model)
+    if layout is None:
         raise ValueError(f"the header describes no language model's layers ({model.architecture or 'no architecture'}"
                          "): a multimodal projector or a LoRA adapter? pass -m the model itself")
     target = target_ctx or model.n_ctx_train
@@ -169,8 +170,7 @@ def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: 
     if anchor is not None:
         ctx = dataclasses.replace(ctx, base=_measured_base(ctx, anchor), beyond_kv=_beyond_kv(ctx, anchor),
                                   anchor_source=anchor.source, anchor_flash_attn=anchor.flash_attn is not False)
-    layout = kv_layout(model)
-    has_swa = bool(layout and any(layer.kind == "swa" for layer in layout.layers))
+    has_swa = any(layer.kind == "swa" for layer in layout.layers)
     options = [_option(ctx, t, t, fa, swa_full, measured)
                for t in cache_types for fa in (True, False) for swa_full in ((False, True) if has_swa else (False,))]
     if gpu and not any(o.fits for o in options):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from cliff_tui.errors import BadInput, check_readable, file_error
 
@@ -27,6 +28,7 @@ see where the line meets the capacity of the fast level.
 MINIMAL_PROMPT = "The"
 BYTES_PER_TOKEN = 64  # far more than any tokenizer averages over a text: such a prefix holds the depth
 SMALLEST_READ = 2**20
+LARGEST_READ = 2**28  # millions of tokens: deeper, the document repeats
 
 
 @dataclass(frozen=True)
@@ -57,18 +59,36 @@ def prompt_tokens(model, depth: int, prompt_file: str | None = None) -> Prompt:
     return Prompt(out[:depth], prompt_file, one_copy)
 
 
+def check_rereadable(path: str) -> None:
+    """A triangulation reads the document once per depth, each time in a process of its own: a
+    pipe would be empty by the second, or wait for a writer for ever."""
+    check_readable(path, "prompt file")
+    if not Path(path).is_file():
+        raise BadInput(f"{path} is a pipe: triangulate reads the prompt file once per depth, so pass a "
+                       "regular file")
+
+
 def read_prompt_file(path: str, depth: int) -> str:
     """The document, as far as ``depth`` tokens can reach into it: a file of gigabytes, or a pipe
     that never ends, is read no further."""
     p = Path(path)
     check_readable(p, "prompt file")
-    limit = max(depth * BYTES_PER_TOKEN, SMALLEST_READ)
+    limit = min(max(depth * BYTES_PER_TOKEN, SMALLEST_READ), LARGEST_READ)
     try:
         with p.open("rb") as f:
-            data = f.read(limit)
+            data = _read_up_to(f, limit)
     except OSError as exc:
         raise file_error(exc, p, "prompt file") from None
     try:  # a character cut at the limit is left out, not an error
         return codecs.getincrementaldecoder("utf-8")().decode(data, final=len(data) < limit)
     except UnicodeDecodeError:
         raise BadInput(f"{p} is not UTF-8 text: --prompt-file takes a text document") from None
+
+
+def _read_up_to(f: BinaryIO, limit: int) -> bytes:
+    """Read in steps: one read of ``limit`` bytes would reserve them all, for a file of a few."""
+    chunks, size = [], 0
+    while size < limit and (chunk := f.read(min(SMALLEST_READ, limit - size))):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

@@ -28,6 +28,7 @@ from cliff_tui.engine.runner import (
     RunOptions, context_size, filled_load, filled_tail, probe_depths, resolve_settings, window_length,
     window_ring,
 )
+from cliff_tui.engine.tokens import check_rereadable
 from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.events import (
@@ -173,9 +174,11 @@ class TriangulateJob:
         self.title = f"depths {shown}"
 
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
-        deepest = max(self.requested_depths or [1])  # with -c, every depth must fit in it
+        deepest = max(self.requested_depths or [1])  # with -c, every depth asked for must fit in it
         for k, v in self.kv_types:
             resolve_settings(dataclasses.replace(self.base, depth=deepest, cache_type_k=k, cache_type_v=v))
+        if self.base.prompt_file:
+            check_rereadable(self.base.prompt_file)
         model = self.model = read_model_info(self.base.model_path)
         first = Sampler(pid=None).sample()
         note = ""
@@ -184,6 +187,7 @@ class TriangulateJob:
         elif self.fill_choice == "auto":
             self.fill = choose_fill("auto", max(self.depths))
         self.title = f"depths {', '.join(f'{d:,}' for d in self.depths)}"
+        resolve_settings(dataclasses.replace(self.base, depth=max(self.depths)))  # the planned depths and -c
         publish(TriangulationPlanned(
             t=time.time(), depths=tuple(self.depths),
             kv_types=tuple(dataclasses.replace(self.base, cache_type_k=k, cache_type_v=v).cache_label

@@ -52,6 +52,10 @@ def normalise_url(url: str) -> str:
     text = url.strip()
     if "://" not in text:
         text = "http://" + text
+    authority = text.split("://", 1)[1].split("/", 1)[0]
+    if "@" in authority:  # refused before any message could show the password
+        raise BadUrl(f"the URL for {authority.rsplit('@', 1)[1]!r} carries a user name or password, which "
+                     "cliff-tui does not send (nor print): give http(s)://host[:port]")
     try:
         parts = urllib.parse.urlsplit(text)
     except ValueError:  # an unclosed or invalid [IPv6] host
@@ -62,9 +66,6 @@ def normalise_url(url: str) -> str:
         parts.port
     except ValueError:
         raise BadUrl(f"{url!r} has a bad port") from None
-    if parts.username is not None:
-        raise BadUrl(f"the URL for {parts.hostname} carries a user name or password, which cliff-tui does not "
-                     "send (nor print): give http(s)://host[:port]")
     path = parts.path.rstrip("/")
     path = next((path[: -len(api)] for api in _API_PATHS if path.endswith(api)), path).rstrip("/")
     path = path.removesuffix("/v1")
