@@ -258,15 +258,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `cliff-tui fit | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return 0
     except OSError as exc:
         if exc.errno not in OUTPUT_FULL:
             raise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        _drop_stdout()
         print(f"cliff-tui: cannot write the output: {exc.strerror}: free space or write it elsewhere",
               file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _drop_stdout() -> None:
+    """Standard output failed: what is still buffered goes nowhere, not into a second error at exit."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -174,9 +174,8 @@ class TriangulateJob:
         self.title = f"depths {shown}"
 
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
-        deepest = max(self.requested_depths or [1])  # with -c, every depth asked for must fit in it
         for k, v in self.kv_types:
-            resolve_settings(dataclasses.replace(self.base, depth=deepest, cache_type_k=k, cache_type_v=v))
+            resolve_settings(dataclasses.replace(self.base, depth=1, cache_type_k=k, cache_type_v=v))
         if self.base.prompt_file:
             check_rereadable(self.base.prompt_file)
         model = self.model = read_model_info(self.base.model_path)
@@ -187,7 +186,7 @@ class TriangulateJob:
         elif self.fill_choice == "auto":
             self.fill = choose_fill("auto", max(self.depths))
         self.title = f"depths {', '.join(f'{d:,}' for d in self.depths)}"
-        resolve_settings(dataclasses.replace(self.base, depth=max(self.depths)))  # the planned depths and -c
+        resolve_settings(dataclasses.replace(self.base, depth=max(self.depths)))  # with -c, every depth must fit
         publish(TriangulationPlanned(
             t=time.time(), depths=tuple(self.depths),
             kv_types=tuple(dataclasses.replace(self.base, cache_type_k=k, cache_type_v=v).cache_label
