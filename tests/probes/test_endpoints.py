@@ -66,6 +66,7 @@ def test_the_parser_never_raises(text):
     ("http://127.0.0.1:8080/v1/chat/completions", "http://127.0.0.1:8080"),  # the URL a chat client is given
     ("https://box.lan/llm/v1/completions/", "https://box.lan/llm"),
     ("http://127.0.0.1:11434/api/generate", "http://127.0.0.1:11434"),
+    ("http://127.0.0.1:8080/?from=me@box", "http://127.0.0.1:8080"),  # an @ past the host is no user name
 ])
 def test_urls_are_normalised_to_the_server_base(given, base):
     assert normalise_url(given) == base

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import json
+import re
 import socket
 import time
 import urllib.error
@@ -52,7 +53,7 @@ def normalise_url(url: str) -> str:
     text = url.strip()
     if "://" not in text:
         text = "http://" + text
-    authority = text.split("://", 1)[1].split("/", 1)[0]
+    authority = re.split(r"[/?#]", text.split("://", 1)[1], maxsplit=1)[0]
     if "@" in authority:  # refused before any message could show the password
         raise BadUrl(f"the URL for {authority.rsplit('@', 1)[1]!r} carries a user name or password, which "
                      "cliff-tui does not send (nor print): give http(s)://host[:port]")
