@@ -338,6 +338,19 @@ async def test_below_100x30_the_projection_is_one_key_away_and_the_footer_says_w
     assert "v Projection" in footer
 
 
+@pytest.mark.parametrize("size", [(120, 40), (200, 50)])
+async def test_a_jump_that_changes_the_layout_is_drawn_for_it_without_waiting_for_a_frame(monkeypatch, size):
+    """The panes a jump shows or resizes are drawn for their new size at once, not a frame later
+    (on a loaded machine the next frame can come after a screenshot)."""
+    expected = (await _replayed_to_the_end(size))[1]
+    monkeypatch.setattr(CliffApp, "_tick", lambda self: None)  # no frame comes
+    app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("space", "end")
+        await pilot.pause()
+        assert screen_text(app) == expected
+
+
 async def test_the_tier_graphs_grow_with_the_rows_the_screen_has():
     heights = {}
     for size in ((80, 24), (100, 30), (120, 40)):

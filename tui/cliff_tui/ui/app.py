@@ -18,7 +18,7 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.css.scalar import Unit
 from textual.worker import Worker, WorkerState
 
@@ -29,7 +29,7 @@ from cliff_tui.pipeline import Pipeline
 from cliff_tui.session import Session
 from cliff_tui.text import inert
 from cliff_tui.ui import render
-from cliff_tui.ui.widgets import KeysLine, LineView, PanelView, Part
+from cliff_tui.ui.widgets import KeysLine, LineView, Pane, PanelView, Part
 
 # The modal screens and the projection pane (with the report behind it) are imported where they
 # are first used: the first frame of `watch` comes that much sooner.
@@ -84,8 +84,8 @@ class CliffApp(App):
         yield PanelView(id="title")
         yield LineView(id="header")  # the cliff gauge, the signs, the newest notice
         with Horizontal(id="body"):
-            yield VerticalScroll(LineView(id="tiers"), id="dash")
-            yield VerticalScroll(PanelView(id="projection-view"), id="projection")
+            yield Pane(LineView(id="tiers"), id="dash")
+            yield Pane(PanelView(id="projection-view"), id="projection")
         yield LineView(id="progress")
         yield PanelView(id="error")
         yield KeysLine(id="keys")
@@ -113,6 +113,10 @@ class CliffApp(App):
 
     def on_resize(self, event: Any) -> None:
         self._layout_for(event.size)
+
+    def on_pane_resized(self) -> None:
+        if not self.paused:  # a paused screen keeps what it showed
+            self._draw()
 
     def _layout_for(self, size: Any) -> None:
         """The projection beside the tiers on a wide screen, below them from 100×30, else one
@@ -172,7 +176,7 @@ class CliffApp(App):
     def _draw(self) -> None:
         p = self.pipeline
         player = self.session.player
-        version = (id(p), p.version, self.size.width, self.size.height, self.query_one("#dash").size.height,
+        version = (id(p), p.version, self.size, self.query_one("#dash").size, self.query_one("#projection").size,
                    self.paused, self.narrow_view, self.session.recorder is not None,
                    player and (player.cursor, player.playing, player.speed, round(player.position, 1)))
         if version == self._drawn:

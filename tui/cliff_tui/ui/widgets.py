@@ -7,13 +7,27 @@ from typing import Any, Callable
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
+from textual.containers import VerticalScroll
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
 from cliff_tui.ui.graph import ONE_CELL
 
+
+
+class Pane(VerticalScroll):
+    """A scrolling pane whose content is drawn for its size: it tells the app when that size
+    changes (a layout that shows or hides a pane resizes the others), so the content is drawn
+    again at once rather than at the next frame."""
+
+    class Resized(Message):
+        pass
+
+    def on_resize(self) -> None:
+        self.post_message(self.Resized())
 
 
 class PanelView(Static):
