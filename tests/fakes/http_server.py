@@ -29,6 +29,7 @@ class Route:
     drop: bool = False  # close the connection without answering
     stall_body_s: float = 0.0  # send the status line and headers, then wait before the body
     trickle_s: float = 0.0  # send the body a byte at a time, this long apart (a slow proxy)
+    trickle_head_s: float = 0.0  # the same for the status line and headers
 
     @classmethod
     def file(cls, name: str, status: int = 200, delay_s: float = 0.0) -> "Route":
@@ -109,19 +110,29 @@ class FakeHttpServer:
                 self.send_response(route.status)
                 self.send_header("Content-Type", route.content_type)
                 self.send_header("Content-Length", str(len(route.body)))
-                self.end_headers()
+                if route.trickle_head_s:
+                    head, self._headers_buffer = b"".join(self._headers_buffer) + b"\r\n", []
+                    if not self._trickle(head, route.trickle_head_s):
+                        return
+                else:
+                    self.end_headers()
                 if route.stall_body_s:
                     self.wfile.flush()
                     if server._stopping.wait(route.stall_body_s):
                         return
                 if route.trickle_s:
-                    for i in range(len(route.body)):
-                        self.wfile.write(route.body[i:i + 1])
-                        self.wfile.flush()
-                        if server._stopping.wait(route.trickle_s):
-                            return
+                    self._trickle(route.body, route.trickle_s)
                     return
                 self.wfile.write(route.body)
+
+            def _trickle(self, data: bytes, every_s: float) -> bool:
+                """Write ``data`` a byte at a time; False when the server is stopping."""
+                for i in range(len(data)):
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                    if server._stopping.wait(every_s):
+                        return False
+                return True
 
             def log_message(self, format: str, *args: object) -> None:
                 pass

@@ -207,12 +207,29 @@ def test_an_error_whose_body_never_comes_is_still_one_reply(server):
     assert (reply.status, reply.body) == (500, "") and time.monotonic() - started < 2
 
 
-def test_a_reply_trickled_a_byte_at_a_time_stops_at_the_timeout(server):
-    s = server(llama, Route(200, Route.file("llama_metrics_idle.txt").body, trickle_s=0.05))
+@pytest.mark.parametrize("part", ["trickle_s", "trickle_head_s"])
+def test_a_reply_trickled_a_byte_at_a_time_stops_at_twice_the_timeout(server, part):
+    """The body, or the status line and headers before it."""
+    s = server(llama, Route(200, Route.file("llama_metrics_idle.txt").body, **{part: 0.05}))
     started = time.monotonic()
     r = read_llama_server(s.url, 0.3)
-    assert r.status == "unreachable" and "sent its reply too slowly: not all of it within 0.3 s" in r.message
+    assert r.status == "unreachable" and "sent its reply too slowly: not all of it within 0.6 s" in r.message
     assert time.monotonic() - started < 3
+
+
+def test_a_reply_slow_to_start_but_whole_in_time_is_read(server):
+    s = server(plain, {"/metrics": Route(200, b"x 1\n" * 20, trickle_head_s=0.002, trickle_s=0.002)})
+    reply = ep.fetch(s.url + "/metrics", 1.0)
+    assert (reply.status, reply.body, reply.error) == (200, "x 1\n" * 20, None)
+
+
+def test_a_body_past_the_size_limit_is_refused_not_read_in_part(server, monkeypatch):
+    monkeypatch.setattr(ep, "MAX_BODY_BYTES", 1000)
+    s = server(plain, {"/metrics": Route(200, b"llamacpp:tokens_predicted_total 1\n" * 40)})
+    reply = ep.fetch(s.url + "/metrics", 2)
+    assert reply.status is None and "sent more than" in reply.error and "the wrong URL?" in reply.error
+    exact = server(plain, {"/metrics": Route(200, b"x" * 1000)})
+    assert ep.fetch(exact.url + "/metrics", 2).body == "x" * 1000
 
 
 def test_server_that_hangs_up_is_unreachable(server):
@@ -336,3 +353,9 @@ def test_discovery_finding_nothing_says_what_to_pass():
     nobody = f"http://127.0.0.1:{closed_port()}"
     found = discover(1, {"llama-server": nobody, "ollama": nobody})
     assert found.found == {} and "--llama-server URL" in found.message
+
+
+def test_a_proxy_in_the_environment_is_not_used_for_a_local_server(server, monkeypatch):
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{closed_port()}")
+    s = server(plain, {"/metrics": Route.text("x 1\n")})
+    assert ep.fetch(s.url + "/metrics", 2).body == "x 1\n"

@@ -8,7 +8,7 @@ import ipaddress
 import json
 import re
 import socket
-import time
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -18,7 +18,7 @@ from typing import Any, Callable
 from cliff_tui.events import ServerKind, ServerStatus, SessionReading
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
 from cliff_tui.text import inert
-from cliff_tui.units import MiB, is_number
+from cliff_tui.units import MiB, fmt_bytes, is_number
 
 MAX_BODY_BYTES = 16 * MiB  # /slots carries every slot's prompt text: large in a long chat
 # what a user may paste after the base URL: the servers' own API paths (the longest first)
@@ -83,47 +83,130 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+class _Watchdog:
+    """Shuts a request's sockets once its time is up. The socket's timeout holds for each read,
+    so a server sending its headers or body a byte at a time would otherwise hold the probe for
+    ever; a shut socket ends the read that waits on it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> "_Watchdog":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            fired = self.fired
+        if fired:
+            _shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed
+        pass
+
+
+def _watched(base: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
+    class Watched(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, watchdog: _Watchdog, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._watchdog = watchdog
+
+        def connect(self) -> None:
+            super().connect()
+            self._watchdog.watch(self.sock)
+
+    return Watched
+
+
+_HTTP, _HTTPS = _watched(http.client.HTTPConnection), _watched(http.client.HTTPSConnection)
+
+
+class _WatchedHTTP(urllib.request.HTTPHandler):
+    def __init__(self, watchdog: _Watchdog) -> None:
+        super().__init__()
+        self._watchdog = watchdog
+
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_HTTP, req, watchdog=self._watchdog)
+
+
+class _WatchedHTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, watchdog: _Watchdog) -> None:
+        super().__init__()
+        self._watchdog = watchdog
+
+    def https_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_HTTPS, req, watchdog=self._watchdog, context=self._context)
+
+
+def _opener(url: str, watchdog: _Watchdog) -> urllib.request.OpenerDirector:
+    handlers: list[Any] = [_WatchedHTTP(watchdog), _WatchedHTTPS(watchdog)]
+    if _is_loopback(url):  # an http_proxy in the environment must not swallow a local server's address
+        handlers.append(urllib.request.ProxyHandler({}))
+    return urllib.request.build_opener(*handlers)
 
 
 def fetch(url: str, timeout: float) -> Reply:
-    """GET ``url``; never raises for network trouble or HTTP errors."""
+    """GET ``url``; never raises for network trouble or HTTP errors. Each read waits at most
+    ``timeout``, and the whole reply must come within twice that."""
     request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT, "Accept": "*/*"})
-    # An http_proxy in the environment must not swallow a local server's address.
-    opener = _DIRECT if _is_loopback(url) else urllib.request.build_opener()
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            return Reply(url, response.status, _text(_read_body(response, time.monotonic() + timeout)))
-    except urllib.error.HTTPError as exc:
-        return Reply(url, exc.code, _error_body(exc, time.monotonic() + timeout))
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        return Reply(url, None, error=describe_network_error(url, exc, timeout))
+    with _Watchdog(2 * timeout) as watchdog:
+        try:
+            with _opener(url, watchdog).open(request, timeout=timeout) as response:
+                reply = Reply(url, response.status, _text(_read_body(response)))
+        except urllib.error.HTTPError as exc:
+            reply = Reply(url, exc.code, _error_body(exc))
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            reply = Reply(url, None, error=describe_network_error(url, exc, timeout))
+    if watchdog.fired:  # a read the shut socket ended may look like a short reply
+        return Reply(url, None, error=describe_network_error(url, SlowReply(), timeout))
+    return reply
 
 
 class SlowReply(TimeoutError):
-    """The body kept coming, a little at a time, past the timeout."""
+    """The reply kept coming, a little at a time, past its time."""
 
 
-def _read_body(response: Any, deadline: float) -> bytes:
-    """At most ``MAX_BODY_BYTES``, all of it by ``deadline``: the socket's timeout holds for each
-    read, and a server trickling a byte at a time would otherwise hold the probe for ever."""
+class TooLarge(ValueError):
+    """More than ``MAX_BODY_BYTES`` of body."""
+
+
+def _read_body(response: Any) -> bytes:
+    """All of the body, refused past ``MAX_BODY_BYTES``: a part of it would parse as a
+    reading with the rest missing."""
     chunks, size = [], 0
-    while size < MAX_BODY_BYTES:
-        chunk = response.read1(min(1 << 16, MAX_BODY_BYTES - size))
-        if not chunk:
-            break
+    while chunk := response.read1(min(1 << 16, MAX_BODY_BYTES + 1 - size)):
         chunks.append(chunk)
         size += len(chunk)
-        if time.monotonic() > deadline:
-            raise SlowReply("the reply came too slowly")
+        if size > MAX_BODY_BYTES:
+            raise TooLarge("the reply is too large")
     return b"".join(chunks)
 
 
-def _error_body(exc: urllib.error.HTTPError, deadline: float) -> str:
-    """The words of an error reply, or '' when the server stalls or drops them."""
+def _error_body(exc: urllib.error.HTTPError) -> str:
+    """The words of an error reply, or '' when the server stalls, drops them or sends too many."""
     try:
-        return _text(_read_body(exc, deadline)) if exc.fp is not None else ""
-    except (OSError, http.client.HTTPException):
+        return _text(_read_body(exc)) if exc.fp is not None else ""
+    except (OSError, http.client.HTTPException, TooLarge):
         return ""
 
 
@@ -138,7 +221,9 @@ def describe_network_error(url: str, exc: BaseException, timeout: float) -> str:
     if isinstance(reason, ConnectionRefusedError):
         return f"nothing is listening on {where} (connection refused)"
     if isinstance(reason, SlowReply):
-        return f"{where} sent its reply too slowly: not all of it within {timeout:g} s (a slow proxy?)"
+        return f"{where} sent its reply too slowly: not all of it within {2 * timeout:g} s (a slow proxy?)"
+    if isinstance(reason, TooLarge):
+        return f"{where} sent more than {fmt_bytes(MAX_BODY_BYTES)}: not a reply cliff-tui reads (the wrong URL?)"
     if isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason):
         return f"no answer from {where} within {timeout:g} s (timeout)"
     if isinstance(reason, socket.gaierror):
