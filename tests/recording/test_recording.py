@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -351,3 +352,15 @@ def test_a_recording_whose_first_line_cannot_be_written_is_refused_with_one_line
                            "--force"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "cannot write the recording /dev/full: No space left on device: record elsewhere" in proc.stderr
+
+
+@pytest.mark.parametrize("output, words", [("md", "holds every table"), ("json", "holds every table"),
+                                           ("jsonl", "is the recording itself")])
+def test_export_table_is_refused_where_the_output_is_not_one_table(output, words, capsys):
+    from cliff_tui.cli import main
+
+    recording = str(Path(__file__).parents[1] / "data" / "smollm2_triangulation.jsonl")
+    assert main(["export", recording, "-o", output, "--table", "runs"]) == 2
+    assert f"-o {output} {words}: drop --table, or use -o csv" in capsys.readouterr().err
+    assert main(["export", recording, "-o", "csv", "--table", "runs"]) == 0
+    assert capsys.readouterr().out.startswith("run_id,model,")

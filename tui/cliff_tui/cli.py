@@ -179,8 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("file")
     export.add_argument("-o", "--output", choices=FORMATS, default="md",
                         help="md (default), csv, json, or jsonl: the recording itself (with --redact, to share)")
-    export.add_argument("--table", choices=("samples", "runs", "alerts"), default="samples",
-                        help="which table -o csv prints (default samples)")
+    export.add_argument("--table", choices=("samples", "runs", "alerts"),
+                        help="which table -o csv prints (default samples; md and json hold them all)")
     export.add_argument("--redact", action="store_true",
                         help="replace the hostname, user paths, command-line paths and PIDs")
 
@@ -358,7 +358,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from cliff_tui.recording.export import export
 
-    print(export(args.file, args.output, args.table, redact=args.redact))
+    if args.table and args.output != "csv":
+        raise BadInput(f"--table picks one table for -o csv; -o {args.output} "
+                       f"{'is the recording itself' if args.output == 'jsonl' else 'holds every table'}: "
+                       f"drop --table, or use -o csv")
+    print(export(args.file, args.output, args.table or "samples", redact=args.redact))
     return 0
 
 
