@@ -81,6 +81,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _is_link_local(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_link_local
+    except ValueError:
+        return False
+
+
 def wide_bind_warning(bind: Bind, what: str) -> str:
     return (f"cliff-tui: warning: {what} listens on {bind}, beyond this machine: whoever reaches that port "
             "reads it (bind 127.0.0.1 and reach it through a tunnel such as ssh -L, or firewall the port)")
@@ -96,4 +103,11 @@ def listen_error(bind: Bind, exc: OSError) -> BadInput:
         return BadInput(f"cannot listen on {bind}: permission denied (ports below 1024 need root)")
     if isinstance(exc, socket.gaierror):
         return BadInput(f"cannot listen on {bind}: unknown host {bind.host!r}")
+    if exc.errno == errno.EINVAL and _is_link_local(bind.host):
+        address, _, interface = bind.host.partition("%")
+        if interface:
+            return BadInput(f"cannot listen on {bind}: {address} is not an address of {interface} "
+                            "(ip -6 addr lists them)")
+        return BadInput(f"cannot listen on {bind}: a link-local address needs its interface "
+                        f"(ip -6 addr names it), e.g. --bind [{address}%eth0]:{bind.port}")
     return BadInput(f"cannot listen on {bind}: {exc.strerror or exc}")
