@@ -351,6 +351,17 @@ async def test_a_jump_that_changes_the_layout_is_drawn_for_it_without_waiting_fo
         assert screen_text(app) == expected
 
 
+@pytest.mark.parametrize("size, filled", [((120, 40), True), ((140, 45), True), ((200, 50), False)])
+async def test_the_projection_chart_grows_to_fill_the_pane_and_never_past_it(size, filled):
+    """Filled where the chart can grow that far (200×50 has rows to spare past its tallest)."""
+    app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
+    async with app.run_test(size=size) as pilot:
+        await replay_to_the_end(pilot)
+        pane, view = app.query_one("#projection"), app.query_one("#projection-view")
+        assert not pane.show_vertical_scrollbar
+        assert (view.size.height == pane.size.height) is filled
+
+
 async def test_the_tier_graphs_grow_with_the_rows_the_screen_has():
     heights = {}
     for size in ((80, 24), (100, 30), (120, 40)):

@@ -36,6 +36,7 @@ from cliff_tui.ui.widgets import KeysLine, LineView, Pane, PanelView, Part
 
 WIDE = 150  # columns from which the projection pane sits beside the tiers
 STACKED = (100, 30)  # from this size it sits below them; on a smaller screen `v` switches to it
+CHART_ROWS = (8, 24)  # the projection chart's height, from its least to its most
 COLLECT_EVERY_S = 10.0  # once the first frame is up: a full collection of what the frames left
 
 
@@ -233,16 +234,25 @@ class CliffApp(App):
         self.query_one("#keys", KeysLine).show_keys(keys)
 
     def _draw_projection(self) -> None:
+        pane = self.query_one("#projection")
+        width = max(40, pane.size.width - 2)
+        key = (len(self.pipeline.results), len(self.pipeline.failures), self.pipeline.target, width,
+               self.pipeline.plan, pane.size.height)
+        self.query_one("#projection-view", PanelView).show(key, lambda: self._projection(width, pane.size))
+
+    def _projection(self, width: int, room: Any) -> Any:
+        """The pane, its chart as tall as the rows its other lines leave: a pane that overflows
+        by a row gets a scrollbar, which narrows it, which can keep it overflowing."""
         from cliff_tui.ui import projection as projection_view
 
-        view = self.query_one("#projection-view", PanelView)
-        width = max(40, self.query_one("#projection").size.width - 2)
-        key = (len(self.pipeline.results), len(self.pipeline.failures), self.pipeline.target, width,
-               self.pipeline.plan)
-        chart_height = min(24, max(8, self.query_one("#projection").size.height - 12))
-        key = (*key, chart_height)
-        view.show(key, lambda: projection_view.pane(self.pipeline, width, chart_height=chart_height,
-                                                    color=not self.no_color))
+        lowest, highest = CHART_ROWS
+        least = projection_view.pane(self.pipeline, width, chart_height=lowest, color=not self.no_color)
+        options = self.console.options.update(width=max(1, room.width), height=None)
+        spare = room.height - len(self.console.render_lines(least, options, pad=False))
+        if spare <= 0:
+            return least
+        return projection_view.pane(self.pipeline, width, chart_height=min(highest, lowest + spare),
+                                    color=not self.no_color)
 
     def _draw_error(self) -> None:
         error = self.query_one("#error", PanelView)
