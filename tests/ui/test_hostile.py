@@ -146,6 +146,14 @@ def test_hostile_strings_as_a_gguf_name_and_session_fields_are_drawn_as_text(tmp
         assert part in screen, part
 
 
+async def test_a_model_name_longer_than_the_title_line_is_cut_at_its_edge_not_wrapped_out_of_sight():
+    app = CliffApp("attach", Session(preload=_hostile_session("x", "N" * 300)))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause(0.2)
+        title = screen_text(app).splitlines()[0]
+    assert title == "cliff-tui · attach · " + "N" * 98 + "…"
+
+
 # --- the real program in a real terminal ------------------------------------------------------
 
 

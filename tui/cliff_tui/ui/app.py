@@ -184,8 +184,7 @@ class CliffApp(App):
             return
         self._drawn = version
         title = self._title()
-        # one line: a long model name is cut at the edge, never wrapped out of sight
-        self.query_one("#title", PanelView).show(title, lambda: Text(inert(title), no_wrap=True, overflow="ellipsis"), 1)
+        self.query_one("#title", PanelView).show(title, lambda: Text(inert(title)), 1)
         # the signs always (their line stays put), the gauge and the newest notice where there are any
         gauge, signs, notice = render.gauge_line(p), render.signs_line(p.signs), render.notice_line(p)
         header = ([gauge] if gauge else []) + [signs] + ([notice] if notice else [])
