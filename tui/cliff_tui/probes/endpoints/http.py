@@ -118,8 +118,10 @@ class _Watchdog:
 
 
 def _shut(sock: socket.socket) -> None:
+    """Shut the connection under a TLS socket too: ``SSLSocket.shutdown`` would also drop the
+    TLS state that a read in another thread may be using."""
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
     except OSError:  # already closed
         pass
 
