@@ -91,9 +91,10 @@ def drain(terminals: list[Terminal], seconds: float) -> None:
 
 
 CHURN = """
-import sys, time
+import os, sys, time
 size = int(float(sys.argv[1]) * 2**30)
-while True:
+parent = os.getppid()
+while os.getppid() == parent:  # a bench killed without its cleanup must not leave this running
     block = b"\\x01" * size  # written, so resident
     time.sleep(1)
     del block
@@ -244,11 +245,11 @@ def main() -> int:
         cliff = shutil.which("cliff-tui") or sys.exit("cliff-tui is not on PATH: activate its venv")
         first_frames(cliff, None if args.no_btop else shutil.which("btop"), env, args.first_frame)
         return 0
-    churn = subprocess.Popen([sys.executable, "-c", CHURN, str(args.churn)]) if args.churn else None
     cliff = shutil.which("cliff-tui") or sys.exit("cliff-tui is not on PATH: activate its venv")
+    btop = None if args.no_btop else shutil.which("btop") or sys.exit("btop is not installed: apt-get install btop")
+    churn = subprocess.Popen([sys.executable, "-c", CHURN, str(args.churn)]) if args.churn else None
     terminals = [spawn("cliff-tui watch -i 0.25", [cliff, "watch", "-i", "0.25"], env)]
-    if not args.no_btop:
-        btop = shutil.which("btop") or sys.exit("btop is not installed: apt-get install btop")
+    if btop is not None:
         terminals.append(spawn("btop (update_ms 250)", [btop, "--utf-force"], btop_env(env)))
     try:
         drain(terminals, args.warmup)
