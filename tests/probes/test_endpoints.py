@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+import threading
 import time
 
 import pytest
@@ -219,15 +220,50 @@ def test_a_reply_trickled_a_byte_at_a_time_stops_at_twice_the_timeout(server, pa
 
 def test_a_reply_slow_to_start_but_whole_in_time_is_read(server):
     s = server(plain, {"/metrics": Route(200, b"x 1\n" * 20, trickle_head_s=0.002, trickle_s=0.002)})
-    reply = ep.fetch(s.url + "/metrics", 1.0)
+    reply = ep.fetch(s.url + "/metrics", 5.0)
     assert (reply.status, reply.body, reply.error) == (200, "x 1\n" * 20, None)
+
+
+def test_a_slow_name_lookup_is_not_called_a_slow_reply(monkeypatch):
+    def slow_resolver(*args, **kwargs):  # a resolver that answers late, then fails
+        time.sleep(0.8)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow_resolver)
+    reply = ep.fetch("http://llm.example.internal:8080/metrics", 0.3)
+    assert reply.error == "cannot resolve host 'llm.example.internal' (DNS: Temporary failure in name resolution)"
+
+
+def test_a_proxy_that_trickles_its_connect_reply_stops_at_twice_the_timeout(monkeypatch):
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        stop = threading.Event()
+
+        def proxy() -> None:  # accepts CONNECT, then answers a byte at a time
+            conn, _ = listening.accept()
+            with conn:
+                conn.recv(4096)
+                for byte in b"HTTP/1.1 200 Connection established\r\nX-Slow: " + b"a" * 1000:
+                    if stop.wait(0.05):
+                        return
+                    conn.sendall(bytes([byte]))
+
+        thread = threading.Thread(target=proxy, daemon=True)
+        thread.start()
+        monkeypatch.setenv("https_proxy", f"http://127.0.0.1:{listening.getsockname()[1]}")
+        started = time.monotonic()
+        reply = ep.fetch("https://llm.example.internal/metrics", 0.3)
+        stop.set()
+    assert "sent its reply too slowly: not all of it within 0.6 s" in reply.error
+    assert time.monotonic() - started < 3
 
 
 def test_a_body_past_the_size_limit_is_refused_not_read_in_part(server, monkeypatch):
     monkeypatch.setattr(ep, "MAX_BODY_BYTES", 1000)
     s = server(plain, {"/metrics": Route(200, b"llamacpp:tokens_predicted_total 1\n" * 40)})
     reply = ep.fetch(s.url + "/metrics", 2)
-    assert reply.status is None and "sent more than" in reply.error and "the wrong URL?" in reply.error
+    assert reply.status is None and reply.error.endswith("sent a reply over 1000 B, more than cliff-tui reads")
     exact = server(plain, {"/metrics": Route(200, b"x" * 1000)})
     assert ep.fetch(exact.url + "/metrics", 2).body == "x" * 1000
 
@@ -356,6 +392,16 @@ def test_discovery_finding_nothing_says_what_to_pass():
 
 
 def test_a_proxy_in_the_environment_is_not_used_for_a_local_server(server, monkeypatch):
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{closed_port()}")
     s = server(plain, {"/metrics": Route.text("x 1\n")})
     assert ep.fetch(s.url + "/metrics", 2).body == "x 1\n"
+
+
+def test_a_proxy_in_the_environment_is_used_for_a_remote_server(server, monkeypatch):
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    proxy = server(plain, {"http://llm.example.internal:8080/metrics": Route.text("x 1\n")})
+    monkeypatch.setenv("http_proxy", proxy.url)
+    assert ep.fetch("http://llm.example.internal:8080/metrics", 2).body == "x 1\n"

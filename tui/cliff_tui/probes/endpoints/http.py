@@ -13,9 +13,11 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 from cliff_tui.events import ServerKind, ServerStatus, SessionReading
+from cliff_tui.probes.endpoints.deadline import WATCHDOG, Exchange
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
 from cliff_tui.text import inert
 from cliff_tui.units import MiB, fmt_bytes, is_number
@@ -83,105 +85,82 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
-class _Watchdog:
-    """Shuts a request's sockets once its time is up. The socket's timeout holds for each read,
-    so a server sending its headers or body a byte at a time would otherwise hold the probe for
-    ever; a shut socket ends the read that waits on it."""
-
-    def __init__(self, seconds: float) -> None:
-        self.fired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> "_Watchdog":
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-    def watch(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.append(sock)
-            fired = self.fired
-        if fired:
-            _shut(sock)
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
+_exchange = threading.local()  # the exchange that fetch() is making on this thread
 
 
-def _shut(sock: socket.socket) -> None:
-    """Shut the connection under a TLS socket too: ``SSLSocket.shutdown`` would also drop the
-    TLS state that a read in another thread may be using."""
-    try:
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:  # already closed
-        pass
+class _Watched:
+    """A connection whose sockets the watchdog can shut: the raw socket as soon as it exists (a
+    proxy's CONNECT happens before connect() returns), the TLS socket once it is made."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._exchange: Exchange | None = getattr(_exchange, "current", None)
+        if self._exchange is not None:
+            self._create_connection = partial(_watched_socket, self._exchange, self._create_connection)
+
+    def connect(self) -> None:
+        super().connect()  # type: ignore[misc]
+        if self._exchange is not None:
+            WATCHDOG.watch(self._exchange, self.sock)
 
 
-def _watched(base: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
-    class Watched(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, watchdog: _Watchdog, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._watchdog = watchdog
-
-        def connect(self) -> None:
-            super().connect()
-            self._watchdog.watch(self.sock)
-
-    return Watched
+def _watched_socket(exchange: Exchange, make: Callable[..., socket.socket], *args: Any,
+                    **kwargs: Any) -> socket.socket:
+    sock = make(*args, **kwargs)
+    WATCHDOG.watch(exchange, sock)
+    return sock
 
 
-_HTTP, _HTTPS = _watched(http.client.HTTPConnection), _watched(http.client.HTTPSConnection)
+class _HTTPConnection(_Watched, http.client.HTTPConnection):
+    pass
 
 
-class _WatchedHTTP(urllib.request.HTTPHandler):
-    def __init__(self, watchdog: _Watchdog) -> None:
-        super().__init__()
-        self._watchdog = watchdog
+class _HTTPSConnection(_Watched, http.client.HTTPSConnection):
+    pass
 
+
+class _HTTPHandler(urllib.request.HTTPHandler):
     def http_open(self, req: urllib.request.Request) -> Any:
-        return self.do_open(_HTTP, req, watchdog=self._watchdog)
+        return self.do_open(_HTTPConnection, req)
 
 
-class _WatchedHTTPS(urllib.request.HTTPSHandler):
-    def __init__(self, watchdog: _Watchdog) -> None:
-        super().__init__()
-        self._watchdog = watchdog
-
+class _HTTPSHandler(urllib.request.HTTPSHandler):
     def https_open(self, req: urllib.request.Request) -> Any:
-        return self.do_open(_HTTPS, req, watchdog=self._watchdog, context=self._context)
+        return self.do_open(_HTTPSConnection, req, context=self._context)
 
 
-def _opener(url: str, watchdog: _Watchdog) -> urllib.request.OpenerDirector:
-    handlers: list[Any] = [_WatchedHTTP(watchdog), _WatchedHTTPS(watchdog)]
-    if _is_loopback(url):  # an http_proxy in the environment must not swallow a local server's address
-        handlers.append(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener(*handlers)
+# An http_proxy in the environment must not swallow a local server's address; elsewhere the
+# environment's proxies are read at each request, as urllib does.
+_DIRECT = urllib.request.build_opener(_HTTPHandler, _HTTPSHandler, urllib.request.ProxyHandler({}))
+
+
+def _opener(url: str) -> urllib.request.OpenerDirector:
+    return _DIRECT if _is_loopback(url) else urllib.request.build_opener(_HTTPHandler, _HTTPSHandler)
 
 
 def fetch(url: str, timeout: float) -> Reply:
     """GET ``url``; never raises for network trouble or HTTP errors. Each read waits at most
-    ``timeout``, and the whole reply must come within twice that."""
+    ``timeout``, and the whole exchange must end within twice that."""
     request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT, "Accept": "*/*"})
-    with _Watchdog(2 * timeout) as watchdog:
-        try:
-            with _opener(url, watchdog).open(request, timeout=timeout) as response:
-                reply = Reply(url, response.status, _text(_read_body(response)))
-        except urllib.error.HTTPError as exc:
-            reply = Reply(url, exc.code, _error_body(exc))
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            reply = Reply(url, None, error=describe_network_error(url, exc, timeout))
-    if watchdog.fired:  # a read the shut socket ended may look like a short reply
+    _exchange.current = exchange = WATCHDOG.begin(2 * timeout)
+    try:
+        reply = _get(request, url, timeout)
+    finally:
+        _exchange.current = None
+        WATCHDOG.end(exchange)
+    if exchange.shut:  # a read the shut socket ended may look like a short reply
         return Reply(url, None, error=describe_network_error(url, SlowReply(), timeout))
     return reply
+
+
+def _get(request: urllib.request.Request, url: str, timeout: float) -> Reply:
+    try:
+        with _opener(url).open(request, timeout=timeout) as response:
+            return Reply(url, response.status, _text(_read_body(response)))
+    except urllib.error.HTTPError as exc:
+        return Reply(url, exc.code, _error_body(exc))
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return Reply(url, None, error=describe_network_error(url, exc, timeout))
 
 
 class SlowReply(TimeoutError):
@@ -225,7 +204,7 @@ def describe_network_error(url: str, exc: BaseException, timeout: float) -> str:
     if isinstance(reason, SlowReply):
         return f"{where} sent its reply too slowly: not all of it within {2 * timeout:g} s (a slow proxy?)"
     if isinstance(reason, TooLarge):
-        return f"{where} sent more than {fmt_bytes(MAX_BODY_BYTES)}: not a reply cliff-tui reads (the wrong URL?)"
+        return f"{where} sent a reply over {fmt_bytes(MAX_BODY_BYTES)}, more than cliff-tui reads"
     if isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason):
         return f"no answer from {where} within {timeout:g} s (timeout)"
     if isinstance(reason, socket.gaierror):
