@@ -83,13 +83,11 @@ def test_a_bad_bind_is_one_line_and_exit_2():
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--bind" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("bind, words", [
-    ("[fe80::1]:0", "a link-local address needs its interface (ip -6 addr names it), e.g. --bind [fe80::1%eth0]:0"),
-    ("[fe80::1%lo]:0", "fe80::1 is not an address of lo (ip -6 addr lists them)"),
-])
-def test_a_link_local_bind_says_what_it_lacks(bind, words):
+@pytest.mark.parametrize("bind", ["[fe80::1]:0", "[fe80::1%lo]:0"])
+def test_a_link_local_bind_says_what_to_use_instead(bind):
     proc = run_exporter("--bind", bind)
-    assert (proc.returncode, proc.stderr) == (2, f"cliff-tui: cannot listen on {bind}: {words}\n")
+    assert (proc.returncode, proc.stderr) == (2, f"cliff-tui: cannot listen on {bind}, a link-local address: use "
+                                                 "another of this machine's addresses, or [::]:0 for all of them\n")
 
 
 def test_a_wider_bind_prints_one_warning_line():

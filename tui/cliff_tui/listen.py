@@ -73,19 +73,20 @@ def _is_host_name(host: str) -> bool:
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    address = _ip(host)
+    return host == "localhost" or (address is not None and address.is_loopback)
 
 
 def _is_link_local(host: str) -> bool:
+    address = _ip(host)
+    return address is not None and address.is_link_local
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        return ipaddress.ip_address(host).is_link_local
-    except ValueError:
-        return False
+        return ipaddress.ip_address(host)
+    except ValueError:  # a name
+        return None
 
 
 def wide_bind_warning(bind: Bind, what: str) -> str:
@@ -103,11 +104,7 @@ def listen_error(bind: Bind, exc: OSError) -> BadInput:
         return BadInput(f"cannot listen on {bind}: permission denied (ports below 1024 need root)")
     if isinstance(exc, socket.gaierror):
         return BadInput(f"cannot listen on {bind}: unknown host {bind.host!r}")
-    if exc.errno == errno.EINVAL and _is_link_local(bind.host):
-        address, _, interface = bind.host.partition("%")
-        if interface:
-            return BadInput(f"cannot listen on {bind}: {address} is not an address of {interface} "
-                            "(ip -6 addr lists them)")
-        return BadInput(f"cannot listen on {bind}: a link-local address needs its interface "
-                        f"(ip -6 addr names it), e.g. --bind [{address}%eth0]:{bind.port}")
+    if exc.errno == errno.EINVAL and _is_link_local(bind.host):  # with its %interface or without
+        return BadInput(f"cannot listen on {bind}, a link-local address: use another of this machine's "
+                        f"addresses, or [::]:{bind.port} for all of them")
     return BadInput(f"cannot listen on {bind}: {exc.strerror or exc}")
