@@ -362,5 +362,6 @@ def test_export_table_is_refused_where_the_output_is_not_one_table(output, words
     recording = str(Path(__file__).parents[1] / "data" / "smollm2_triangulation.jsonl")
     assert main(["export", recording, "-o", output, "--table", "runs"]) == 2
     assert f"-o {output} {words}: drop --table, or use -o csv" in capsys.readouterr().err
-    assert main(["export", recording, "-o", "csv", "--table", "runs"]) == 0
-    assert capsys.readouterr().out.startswith("run_id,model,")
+    for csv in (["-o", "csv"], []):  # --table alone means csv
+        assert main(["export", recording, *csv, "--table", "runs"]) == 0
+        assert capsys.readouterr().out.startswith("run_id,model,")

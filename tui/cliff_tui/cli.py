@@ -177,10 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", help="a recording as csv, json or md tables")
     export.add_argument("file")
-    export.add_argument("-o", "--output", choices=FORMATS, default="md",
+    export.add_argument("-o", "--output", choices=FORMATS,
                         help="md (default), csv, json, or jsonl: the recording itself (with --redact, to share)")
     export.add_argument("--table", choices=("samples", "runs", "alerts"),
-                        help="which table -o csv prints (default samples; md and json hold them all)")
+                        help="which table -o csv prints (default samples; alone, it means -o csv)")
     export.add_argument("--redact", action="store_true",
                         help="replace the hostname, user paths, command-line paths and PIDs")
 
@@ -358,11 +358,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from cliff_tui.recording.export import export
 
-    if args.table and args.output != "csv":
-        raise BadInput(f"--table picks one table for -o csv; -o {args.output} "
-                       f"{'is the recording itself' if args.output == 'jsonl' else 'holds every table'}: "
+    output = args.output or ("csv" if args.table else "md")
+    if args.table and output != "csv":
+        raise BadInput(f"--table picks one table for -o csv; -o {output} "
+                       f"{'is the recording itself' if output == 'jsonl' else 'holds every table'}: "
                        f"drop --table, or use -o csv")
-    print(export(args.file, args.output, args.table or "samples", redact=args.redact))
+    print(export(args.file, output, args.table or "samples", redact=args.redact))
     return 0
 
 
