@@ -116,7 +116,7 @@ class CliffApp(App):
         self._layout_for(event.size)
 
     def on_pane_resized(self) -> None:
-        if not self.paused:  # a paused screen keeps what it showed
+        if self.is_running and not self.paused:  # a paused screen keeps what it showed
             self._draw()
 
     def _layout_for(self, size: Any) -> None:
@@ -246,6 +246,8 @@ class CliffApp(App):
 
         lowest, highest = CHART_ROWS
         least = projection_view.pane(self.pipeline, width, chart_height=lowest, color=not self.no_color)
+        if not projection_view.has_chart(self.pipeline):
+            return least
         options = self.console.options.update(width=max(1, room.width), height=None)
         spare = room.height - len(self.console.render_lines(least, options, pad=False))
         if spare <= 0:

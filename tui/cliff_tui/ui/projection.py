@@ -220,6 +220,10 @@ def _usable_capacity(tris: dict[str, Triangulation]) -> float | None:
     return None
 
 
+def has_chart(p: Pipeline) -> bool:
+    return any(len(t.points) for t in p.triangulations().values())
+
+
 def pane(p: Pipeline, width: int, chart_height: int, color: bool = True) -> RenderableType:
     tris = p.triangulations()
     parts: list[RenderableType] = []
@@ -231,7 +235,7 @@ def pane(p: Pipeline, width: int, chart_height: int, color: bool = True) -> Rend
     parts.append(runs_table(p.results, p.failures))
     if tris:
         parts.append(summary(tris))
-        if any(len(t.points) for t in tris.values()):
+        if has_chart(p):
             parts.append(chart(tris, width, chart_height, color))
     else:
         parts.append(Text("waiting for the first run to finish…", style="dim"))
