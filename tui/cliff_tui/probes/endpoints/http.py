@@ -89,19 +89,14 @@ _exchange = threading.local()  # the exchange that fetch() is making on this thr
 
 
 class _Watched:
-    """A connection whose sockets the watchdog can shut: the raw socket as soon as it exists (a
-    proxy's CONNECT happens before connect() returns), the TLS socket once it is made."""
+    """A connection whose socket the watchdog can shut as soon as it exists (a proxy's CONNECT
+    happens before connect() returns)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._exchange: Exchange | None = getattr(_exchange, "current", None)
         if self._exchange is not None:
             self._create_connection = partial(_watched_socket, self._exchange, self._create_connection)
-
-    def connect(self) -> None:
-        super().connect()  # type: ignore[misc]
-        if self._exchange is not None:
-            WATCHDOG.watch(self._exchange, self.sock)
 
 
 def _watched_socket(exchange: Exchange, make: Callable[..., socket.socket], *args: Any,
@@ -116,7 +111,10 @@ class _HTTPConnection(_Watched, http.client.HTTPConnection):
 
 
 class _HTTPSConnection(_Watched, http.client.HTTPSConnection):
-    pass
+    def connect(self) -> None:
+        super().connect()
+        if self._exchange is not None:  # the TLS socket: wrapping detached the raw one
+            WATCHDOG.watch(self._exchange, self.sock)
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
