@@ -24,6 +24,9 @@ from cliff_tui.cli import build_parser, normalise_argv
     (["run", "-t", "0"], "-t/--threads: must be a whole number from 1"),
     (["run", "-t", str(2**40)], "-t/--threads: must be a whole number from 1"),
     (["run", "-ub", "-512"], "-ub/--ubatch-size: must be a whole number from 1"),
+    (["run", "-ngl", "-5"], "-ngl/--n-gpu-layers: must be a layer count from 0 to 2,147,483,647, or all (-1): not '-5'"),
+    (["run", "-ngl", str(2**32 - 1)], "must be a layer count from 0"),  # a C int would wrap it to -1
+    (["triangulate", "-ngl", "auto"], "auto is llama.cpp's, not llama-cpp-python's: `cliff-tui fit` says how many fit"),
     (["fit", "-np", "0"], "-np/--parallel: must be a whole number from 1"),
     (["fit", "-np", "257"], "-np/--parallel: llama.cpp serves at most 256 sequences, not 257"),
     (["triangulate", "--depths", ","], "--depths: no depth in ',': pass at least one, e.g. 16k,32k"),
@@ -49,6 +52,8 @@ def test_a_number_that_makes_no_sense_is_refused_with_one_line(argv, words, caps
     (["run", "--depth", "65k"], "depth", 65_000),
     (["run", "-c", "2147483647"], "ctx_size", 2**31 - 1),
     (["run", "-ngl", "-1"], "n_gpu_layers", -1),
+    (["run", "-ngl", "all"], "n_gpu_layers", -1),
+    (["run", "-ngl", "0"], "n_gpu_layers", 0),
     (["run", "-n", "8"], "n_gen", 8),  # llama.cpp's -n, not a prefix of -ngl
     (["triangulate", "-n", "16"], "n_gen", 16),
     (["fit", "-np", "256"], "parallel", 256),

