@@ -234,29 +234,48 @@ def test_a_slow_name_lookup_is_not_called_a_slow_reply(monkeypatch):
     assert reply.error == "cannot resolve host 'llm.example.internal' (DNS: Temporary failure in name resolution)"
 
 
-def test_a_proxy_that_trickles_its_connect_reply_stops_at_twice_the_timeout(monkeypatch):
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        stop = threading.Event()
+def _trickler(payload: bytes, stop: threading.Event) -> int:
+    """A port that accepts one connection, reads what comes, and answers ``payload`` a byte
+    every 50 ms."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
 
-        def proxy() -> None:  # accepts CONNECT, then answers a byte at a time
+    def serve() -> None:
+        with listening:
             conn, _ = listening.accept()
             with conn:
                 conn.recv(4096)
-                for byte in b"HTTP/1.1 200 Connection established\r\nX-Slow: " + b"a" * 1000:
+                for byte in payload:
                     if stop.wait(0.05):
                         return
                     conn.sendall(bytes([byte]))
 
-        thread = threading.Thread(target=proxy, daemon=True)
-        thread.start()
-        monkeypatch.setenv("https_proxy", f"http://127.0.0.1:{listening.getsockname()[1]}")
-        started = time.monotonic()
-        reply = ep.fetch("https://llm.example.internal/metrics", 0.3)
-        stop.set()
+    threading.Thread(target=serve, daemon=True).start()
+    return listening.getsockname()[1]
+
+
+def test_a_proxy_that_trickles_its_connect_reply_stops_at_twice_the_timeout(monkeypatch):
+    stop = threading.Event()
+    port = _trickler(b"HTTP/1.1 200 Connection established\r\nX-Slow: " + b"a" * 1000, stop)
+    monkeypatch.setenv("https_proxy", f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    reply = ep.fetch("https://llm.example.internal/metrics", 0.3)
+    stop.set()
     assert "sent its reply too slowly: not all of it within 0.6 s" in reply.error
     assert time.monotonic() - started < 3
+
+
+def test_a_tls_handshake_trickled_a_byte_at_a_time_stops_at_the_timeout():
+    """The ssl module bounds a whole handshake by the socket's timeout, not each read of it."""
+    stop = threading.Event()
+    # a TLS record header, then a ServerHello that never ends
+    port = _trickler(b"\x16\x03\x03\x40\x00\x02\x00\x3f\xfc" + b"\x00" * 1000, stop)
+    started = time.monotonic()
+    reply = ep.fetch(f"https://127.0.0.1:{port}/metrics", 0.3)
+    stop.set()
+    assert reply.error == f"no answer from 127.0.0.1:{port} within 0.3 s (timeout)"
+    assert time.monotonic() - started < 2
 
 
 def test_a_body_past_the_size_limit_is_refused_not_read_in_part(server, monkeypatch):
