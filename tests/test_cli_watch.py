@@ -115,3 +115,11 @@ def test_a_pid_that_does_not_exist_still_exits_0_with_a_reason():
     assert proc["pid"] == pid
     assert proc["rss_bytes"] is None
     assert proc["reasons"]["rss_bytes"] == f"no process with PID {pid}"
+
+
+def test_the_one_line_reading_says_why_a_followed_process_has_no_rss():
+    pid = _free_pid()
+    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--pid", str(pid), "--once"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0
+    assert proc.stdout.rstrip().endswith(f"PID {pid} RSS n/a (no process with PID {pid})")

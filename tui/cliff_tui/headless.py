@@ -87,5 +87,6 @@ def watch_line(s: Sample) -> str:
         parts.append(f"GPU{g.index} {fmt_bytes(g.vram_used_bytes)}/{fmt_bytes(g.vram_total_bytes)} "
                      f"shared {fmt_bytes(g.shared_used_bytes)}")
     if s.process is not None:
-        parts.append(f"PID {s.process.pid} RSS {fmt_bytes(s.process.total_rss_bytes)}")
+        rss, why = s.process.total_rss_bytes, s.process.reasons.get("rss_bytes")
+        parts.append(f"PID {s.process.pid} RSS {fmt_bytes(rss)}" + (f" ({inert(why)})" if rss is None and why else ""))
     return "  ".join(parts)
