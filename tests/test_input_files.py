@@ -55,6 +55,14 @@ def test_a_fifo_given_as_the_model_is_refused_without_waiting_for_a_writer(tmp_p
     assert said == [f"{fifo} is not a regular file: pass -m a llama.cpp .gguf model"]
 
 
+@pytest.mark.parametrize("command", ["run", "triangulate"])
+def test_a_missing_prompt_file_is_refused_before_the_model_loads(command, tmp_path, capsys):
+    missing = tmp_path / "notes.txt"
+    assert main([command, "--headless", "--prompt-file", str(missing)]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == [f"cliff-tui: prompt file not found: {missing}"]  # no [load] or [baseline] line before it
+
+
 def test_a_device_as_the_prompt_file_is_refused():
     with pytest.raises(BadInput, match="^/dev/zero is a device, not a prompt file: pass a file$"):
         read_prompt_file("/dev/zero", 64)

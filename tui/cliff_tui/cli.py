@@ -326,6 +326,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from cliff_tui.jobs.run import RunJob
     from cliff_tui.report import RUN_COLUMNS, dumps, markdown_table, run_record, run_rows
 
+    _check_files(args)
     session = _session(args, RunJob(_run_settings(args, depth=args.depth), fill=args.fill), queued=not args.headless)
     if not args.headless:
         return _tui(args, session)
@@ -346,6 +347,7 @@ def cmd_triangulate(args: argparse.Namespace) -> int:
     from cliff_tui.jobs.triangulate import TriangulateJob
     from cliff_tui.report import triangulation_output
 
+    _check_files(args)
     job = TriangulateJob(_run_settings(args, depth=0), depths=args.depths, target=args.target,
                          reserve=args.reserve, kv_types=_kv_types(args), budget_s=args.budget,
                          chain=not args.no_chain, fill=args.fill)
@@ -476,14 +478,21 @@ def _check_served(command: list[str]) -> None:
 
 
 def _check_files(args: argparse.Namespace) -> None:
-    """What a command reads before it draws anything, read now: the model's header, the recording,
-    a triangulation file, a server's URL."""
+    """What a command reads before it draws anything, read now: the model's header, the prompt
+    file, the recording, a triangulation file, a server's URL."""
     from cliff_tui.errors import check_readable
 
     if getattr(args, "model", None):
         from cliff_tui.engine.gguf_meta import read_model_info
 
         read_model_info(os.path.abspath(args.model))
+    if getattr(args, "prompt_file", None):
+        from cliff_tui.engine.tokens import check_rereadable
+
+        if args.command == "triangulate":
+            check_rereadable(args.prompt_file)
+        else:
+            check_readable(args.prompt_file, "prompt file")
     if args.command == "replay":
         check_readable(args.file, "recording")
     if getattr(args, "from_file", None):
