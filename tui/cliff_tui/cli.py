@@ -187,11 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_monitor_flags(tri)
 
     replay = sub.add_parser("replay", help="play a recording back through the same dashboard")
-    replay.add_argument("file")
-    replay.add_argument("--speed", type=int, default=1, choices=(1, 4, 16))
+    replay.add_argument("file", help="a recording (--record FILE, or r on the dashboard)")
+    replay.add_argument("--speed", type=int, default=1, choices=(1, 4, 16),
+                        help="times real time to start at (default 1; on the screen: s speed, space play/pause, "
+                             "←/→ 10 s, home/end)")
 
     export = sub.add_parser("export", help="a recording as csv, json or md tables")
-    export.add_argument("file")
+    export.add_argument("file", help="a recording (--record FILE, or r on the dashboard)")
     export.add_argument("-o", "--output", choices=FORMATS,
                         help="md (default), csv, json, or jsonl: the recording itself (with --redact, to share)")
     export.add_argument("--table", choices=("samples", "runs", "alerts"),
