@@ -186,6 +186,17 @@ async def test_target_key_changes_the_projection(demo_recording):
         assert app.pipeline.target == 48_000
 
 
+async def test_a_replay_names_the_keys_that_move_it_and_a_click_on_one_runs_it(demo_recording):
+    app = CliffApp("replay", Session(recording=demo_recording, speed=1))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.2)
+        keys = screen_text(app).splitlines()[-1]
+        assert keys.split() == ["q", "Quit", "space", "Play", "s", "Speed", "←", "-10s", "→", "+10s",
+                                "?", "Help", "l", "Log", "r", "Record"]
+        await pilot.click(offset=(keys.index("Speed"), 35))
+        assert app.session.player.speed == 4
+
+
 async def test_replay_keys_move_the_time_cursor(demo_recording):
     app = CliffApp("replay", Session(recording=demo_recording, speed=1))
     async with app.run_test(size=(120, 36)) as pilot:

@@ -37,6 +37,7 @@ from cliff_tui.ui.widgets import KeysLine, LineView, Pane, PanelView, Part
 WIDE = 150  # columns from which the projection pane sits beside the tiers
 STACKED = (100, 30)  # from this size it sits below them; on a smaller screen `v` switches to it
 CHART_ROWS = (8, 24)  # the projection chart's height, from its least to its most
+REPLAY_KEYS = ("play", "speed", "seek(-10)", "seek(10)")  # in a replay's keys line; `p` is `space` there
 COLLECT_EVERY_S = 10.0  # once the first frame is up: a full collection of what the frames left
 
 
@@ -47,15 +48,15 @@ class CliffApp(App):
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="quit"),
         Binding("p", "pause", "Pause", tooltip="pause the screen (replay: play/pause)"),
+        Binding("space", "play", "Play", show=False, tooltip="replay: play/pause"),
+        Binding("s", "speed", "Speed", show=False, tooltip="replay: speed ×1/×4/×16"),
+        Binding("left", "seek(-10)", "-10s", show=False, key_display="←", tooltip="replay: seek 10 s back"),
+        Binding("right", "seek(10)", "+10s", show=False, key_display="→", tooltip="replay: seek 10 s forward"),
         Binding("question_mark", "help", "Help", key_display="?", tooltip="this help"),
         Binding("l", "log", "Log", tooltip="cliff-tui's notices and llama.cpp's raw log"),
         Binding("r", "record", "Record", tooltip="start/stop recording to a timestamped file"),
         Binding("v", "view", "Projection", tooltip="dashboard ⇄ projection (screens below 100×30)"),
         Binding("t", "target", "Target", show=False, tooltip="projection target"),
-        Binding("space", "play", "Play", show=False, tooltip="replay: play/pause"),
-        Binding("s", "speed", "Speed", show=False, tooltip="replay: speed ×1/×4/×16"),
-        Binding("right", "seek(10)", "+10s", show=False, tooltip="replay: seek 10 s forward"),
-        Binding("left", "seek(-10)", "-10s", show=False, tooltip="replay: seek 10 s back"),
         Binding("period", "step", "Step", show=False, tooltip="replay: step to the next sample"),
         Binding("home", "seek_to(0)", "Start", show=False, tooltip="replay: to the start"),
         Binding("end", "seek_to(1)", "End", show=False, tooltip="replay: to the end"),
@@ -227,10 +228,16 @@ class CliffApp(App):
         return render.graph_rows(height - taken, panels)
 
     def _draw_keys(self) -> None:
-        """The keys a footer shows: those bound with ``show``, where their action is available."""
+        """The keys a footer shows: those bound with ``show``, where their action is available;
+        in a replay, the keys that move it instead of `p`."""
         keys = [(binding.key_display or binding.key, binding.description, binding.action) for binding in self.BINDINGS
-                if binding.show and self.check_action(binding.action, ()) is not False]
+                if self._key_shown(binding) and self.check_action(binding.action, ()) is not False]
         self.query_one("#keys", KeysLine).show_keys(keys)
+
+    def _key_shown(self, binding: Binding) -> bool:
+        if self.session.player is None:
+            return binding.show
+        return binding.action in REPLAY_KEYS or (binding.show and binding.action != "pause")
 
     def _draw_projection(self) -> None:
         pane = self.query_one("#projection")

@@ -30,7 +30,7 @@ HELP = """\
 
 Marks: ✓ fine · i information · ▲ look (10–50 % off trend) · ✖ cliff · – not available
 """
-KEY_NAMES = {"space": "space", "right": "→", "left": "←", "period": ".", "question_mark": "?"}
+KEY_NAMES = {"space": "space", "period": ".", "question_mark": "?"}
 
 
 def keys_help(bindings: Iterable[Binding]) -> str:
