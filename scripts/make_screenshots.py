@@ -1,7 +1,8 @@
 """Render screenshots/*.svg from deterministic data: the demo sessions and a recorded real
 triangulation of SmolLM2 on this project's CPU machine; and screenshots/serve-browser.png, that
 recording replayed through ``cliff-tui serve`` in headless Chromium (skipped where Chromium is
-absent). Run: python scripts/make_screenshots.py"""
+absent; a font with ⏸ in it, such as Debian's fonts-symbola, keeps that mark from being drawn as
+a box). Run: python scripts/make_screenshots.py"""
 
 from __future__ import annotations
 
