@@ -56,11 +56,13 @@ def test_a_fifo_given_as_the_model_is_refused_without_waiting_for_a_writer(tmp_p
 
 
 @pytest.mark.parametrize("command", ["run", "triangulate"])
-def test_a_missing_prompt_file_is_refused_before_the_model_loads(command, tmp_path, capsys):
-    missing = tmp_path / "notes.txt"
-    assert main([command, "--headless", "--prompt-file", str(missing)]) == 2
+@pytest.mark.parametrize("name, words", [("notes.txt", "prompt file not found: {path}"),
+                                         (".", "{path} is a directory, not a prompt file")])
+def test_a_prompt_file_that_is_not_there_is_refused_before_the_model_loads(command, name, words, tmp_path, capsys):
+    path = tmp_path / name
+    assert main([command, "--headless", "--prompt-file", str(path)]) == 2
     said = capsys.readouterr().err.strip().splitlines()
-    assert said == [f"cliff-tui: prompt file not found: {missing}"]  # no [load] or [baseline] line before it
+    assert said == ["cliff-tui: " + words.format(path=path)]  # no [load] or [baseline] line before it
 
 
 def test_a_device_as_the_prompt_file_is_refused():

@@ -3,6 +3,7 @@ bodies (tests/data/endpoints)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import socket
@@ -240,9 +241,10 @@ def _trickler(payload: bytes, stop: threading.Event) -> int:
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
     listening.listen()
+    listening.settimeout(10)  # a client that never comes does not hold the thread
 
     def serve() -> None:
-        with listening:
+        with listening, contextlib.suppress(TimeoutError):
             conn, _ = listening.accept()
             with conn:
                 conn.recv(4096)

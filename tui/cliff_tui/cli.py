@@ -68,15 +68,19 @@ def _positive_int(text: str) -> int:
 def _gpu_layers(text: str) -> int:
     """llama.cpp's -ngl: a layer count, or -1 or ``all`` for every layer. Its ``auto`` fits the
     layers to free VRAM, which llama-cpp-python does not do."""
-    if text.strip().lower() == "all":
+    word = text.strip().lower()
+    if word == "all":
         return -1
+    expected = f"must be a layer count from 0 to {C_INT_MAX:,}, or all (-1)"
+    if word == "auto":
+        raise argparse.ArgumentTypeError(f"{expected}: auto is llama.cpp's, not llama-cpp-python's: "
+                                         "`cliff-tui fit` says how many fit")
     try:
         value = int(text)
     except ValueError:
-        value = -2
+        raise argparse.ArgumentTypeError(f"{expected}: not {text!r}") from None
     if not -1 <= value <= C_INT_MAX:
-        why = "auto is llama.cpp's, not llama-cpp-python's: `cliff-tui fit` says how many fit" if text.strip().lower() == "auto" else f"not {text!r}"
-        raise argparse.ArgumentTypeError(f"must be a layer count from 0 to {C_INT_MAX:,}, or all (-1): {why}")
+        raise argparse.ArgumentTypeError(f"{expected}: not {text!r}")
     return value
 
 
@@ -189,8 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="play a recording back through the same dashboard")
     replay.add_argument("file", help="a recording (--record FILE, or r on the dashboard)")
     replay.add_argument("--speed", type=int, default=1, choices=(1, 4, 16),
-                        help="times real time to start at (default 1; on the screen: s speed, space play/pause, "
-                             "←/→ 10 s, home/end)")
+                        help="speed to start at: 1, 4 or 16 × real time (on the screen s changes it; ? lists "
+                             "the keys)")
 
     export = sub.add_parser("export", help="a recording as csv, json or md tables")
     export.add_argument("file", help="a recording (--record FILE, or r on the dashboard)")

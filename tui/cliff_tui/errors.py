@@ -56,12 +56,14 @@ def file_error(exc: OSError, path: str | os.PathLike, what: str, hint: str = "")
 
 
 def check_readable(path: str | os.PathLike, what: str) -> None:
-    """:class:`BadInput` for what cannot be read to its end as a file: a device (``/dev/zero``
-    never ends) or a socket. A pipe is read as the stream it is."""
+    """:class:`BadInput` for what cannot be read to its end as a file: a directory, a device
+    (``/dev/zero`` never ends) or a socket. A pipe is read as the stream it is."""
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
         raise file_error(exc, path, what) from None
+    if stat.S_ISDIR(mode):
+        raise file_error(IsADirectoryError(), path, what)
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
         raise BadInput(f"{Path(path)} is a device, not a {what}: pass a file")
 
