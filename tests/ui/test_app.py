@@ -191,7 +191,7 @@ async def test_a_replay_names_the_keys_that_move_it_and_a_click_on_one_runs_it(d
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause(0.2)
         keys = screen_text(app).splitlines()[-1]
-        assert keys.split() == ["q", "Quit", "space", "Play", "s", "Speed", "←", "-10s", "→", "+10s",
+        assert keys.split() == ["q", "Quit", "space", "Play/Pause", "s", "Speed", "←", "-10s", "→", "+10s",
                                 "?", "Help", "l", "Log", "r", "Record"]
         await pilot.click(offset=(keys.index("Speed"), 35))
         assert app.session.player.speed == 4

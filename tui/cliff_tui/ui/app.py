@@ -53,11 +53,11 @@ class CliffApp(App):
         Binding("r", "record", "Record", tooltip="start/stop recording to a timestamped file"),
         Binding("v", "view", "Projection", tooltip="dashboard ⇄ projection (screens below 100×30)"),
         Binding("t", "target", "Target", show=False, tooltip="projection target"),
-        Binding("space", "play", "Play", show=False, tooltip="replay: play/pause"),
+        Binding("space", "play", "Play/Pause", show=False, tooltip="replay: play/pause"),
         Binding("s", "speed", "Speed", show=False, tooltip="replay: speed ×1/×4/×16"),
         Binding("left", "seek(-10)", "-10s", show=False, key_display="←", tooltip="replay: seek 10 s back"),
         Binding("right", "seek(10)", "+10s", show=False, key_display="→", tooltip="replay: seek 10 s forward"),
-        Binding("period", "step", "Step", show=False, tooltip="replay: step to the next sample"),
+        Binding("period", "step", "Step", show=False, key_display=".", tooltip="replay: step to the next sample"),
         Binding("home", "seek_to(0)", "Start", show=False, tooltip="replay: to the start"),
         Binding("end", "seek_to(1)", "End", show=False, tooltip="replay: to the end"),
     ]
@@ -232,7 +232,7 @@ class CliffApp(App):
         in a replay, the keys that move it instead of `p`."""
         shown = [binding for binding in self.BINDINGS
                  if self._key_shown(binding) and self.check_action(binding.action, ()) is not False]
-        if self.session.player is not None:  # the keys that move a replay next to q
+        if self.session.player is not None:
             shown.sort(key=lambda binding: binding.action not in ("quit", *REPLAY_KEYS))
         keys = [(binding.key_display or binding.key, binding.description, binding.action) for binding in shown]
         self.query_one("#keys", KeysLine).show_keys(keys)

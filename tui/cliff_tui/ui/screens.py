@@ -30,14 +30,13 @@ HELP = """\
 
 Marks: ✓ fine · i information · ▲ look (10–50 % off trend) · ✖ cliff · – not available
 """
-KEY_NAMES = {"space": "space", "period": ".", "question_mark": "?"}
 
 
 def keys_help(bindings: Iterable[Binding]) -> str:
     """One line per key, from the app's own bindings."""
     lines = []
     for b in bindings:
-        key = b.key_display or KEY_NAMES.get(b.key, b.key)
+        key = b.key_display or b.key
         lines.append(f"  {key:<6} {b.tooltip or b.description}")
     return "\n".join(lines)
 
