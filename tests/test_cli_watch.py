@@ -15,7 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cliff_tui.headless import watch_line
 from cliff_tui.probes.amd import find_amd_cards
+from cliff_tui.probes.sampler import Sampler
 
 from conftest import CHILD_BYTES  # the `child` fixture holds this much
 
@@ -107,19 +109,26 @@ def test_console_script_with_pid_1():
     assert (isinstance(proc["rss_bytes"], int) and proc["rss_bytes"] > 0) or proc["reasons"]["rss_bytes"]
 
 
-def test_a_pid_that_does_not_exist_still_exits_0_with_a_reason():
+@pytest.mark.parametrize("command", [["watch", "--once"], ["watch", "--headless"], ["watch"],
+                                     ["attach", "--llama-server", "http://127.0.0.1:9", "--once"],
+                                     ["exporter", "--bind", "127.0.0.1:0"]])
+def test_a_pid_that_does_not_exist_is_refused_before_anything_starts(command):
     pid = _free_pid()
-    record = cliff("watch", "--pid", str(pid), "--once", "--json")
-    check_sample(record)
-    proc = record["process"]
-    assert proc["pid"] == pid
-    assert proc["rss_bytes"] is None
-    assert proc["reasons"]["rss_bytes"] == f"no process with PID {pid}"
+    proc = subprocess.run([sys.executable, "-m", "cliff_tui", *command, "--pid", str(pid)],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stdout == ""
+    assert proc.stderr == (f"cliff-tui: no process with PID {pid}: give the PID of a running process "
+                           "(`pgrep -f llama-server` prints a server's)\n")
 
 
 def test_the_one_line_reading_says_why_a_followed_process_has_no_rss():
-    pid = _free_pid()
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--pid", str(pid), "--once"],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0
-    assert proc.stdout.rstrip().endswith(f"PID {pid} RSS n/a (no process with PID {pid})")
+    gone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sampler = Sampler(pid=gone.pid)
+    gone.kill()
+    gone.wait()
+    try:
+        line = watch_line(sampler.sample())
+    finally:
+        sampler.close()
+    assert line.endswith(f"PID {gone.pid} RSS n/a (process {gone.pid} has exited)")

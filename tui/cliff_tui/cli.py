@@ -309,6 +309,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from cliff_tui.probes.sampler import Sampler
 
     _check_once(args)
+    _check_files(args)
     sampler = Sampler(pid=args.pid)
     if not args.once and not args.headless:
         return _tui(args, _session(args, sampler=sampler))
@@ -394,6 +395,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from cliff_tui.jobs.attach import AttachJob, attach_once
 
     _check_once(args)
+    _check_files(args)
     measured = _measured_capacity(args.from_file) if args.from_file else None
     job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout, measured)
     sampler = _sampler_for(job, pid=args.pid)
@@ -453,6 +455,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     from cliff_tui.session import Session
 
     bind = parse_bind(args.bind, EXPORTER_PORT)
+    _check_files(args)
     plans = read_plans(args.from_file) if args.from_file else []
     job = None
     if args.llama_server or args.ollama:
@@ -485,7 +488,7 @@ def _check_served(command: list[str]) -> None:
 
 def _check_files(args: argparse.Namespace) -> None:
     """What a command reads before it draws anything, read now: the model's header, the prompt
-    file, the recording, a triangulation file, a server's URL."""
+    file, the recording, a triangulation file, a server's URL, the process to follow."""
     from cliff_tui.errors import check_readable
 
     if getattr(args, "model", None):
@@ -507,6 +510,10 @@ def _check_files(args: argparse.Namespace) -> None:
         from cliff_tui.jobs.attach import AttachJob
 
         AttachJob.from_args(args.llama_server, args.ollama)
+    if getattr(args, "pid", None):
+        from cliff_tui.probes.system import check_process
+
+        check_process(args.pid)
 
 
 # --- plumbing ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Callable
 
 import psutil
 
+from cliff_tui.errors import BadInput
 from cliff_tui.events import ProcessReading, RamReading, SwapReading
 from cliff_tui.text import inert
 from cliff_tui.units import KiB
@@ -58,6 +59,13 @@ def _meminfo_kib(*names: bytes) -> list[int] | None:
             return None
         values.append(int(data[at + len(name):data.index(b"\n", at)].split()[0]))
     return values
+
+
+def check_process(pid: int) -> None:
+    """:class:`BadInput` where no process has ``pid`` now: a PID to follow names a running one."""
+    if not psutil.pid_exists(pid):
+        raise BadInput(f"no process with PID {pid}: give the PID of a running process "
+                       "(`pgrep -f llama-server` prints a server's)")
 
 
 class ProcessProbe:
