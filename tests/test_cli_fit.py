@@ -139,7 +139,8 @@ def test_a_triangulation_ends_with_the_fit_table_in_md_and_json():
 def test_vram_asks_what_fits_on_a_gpu_of_that_size():
     proc = fit("--vram", "100MiB", "--reserve", "4MiB", "-c", "4096")
     assert proc.returncode == 0, proc.stderr
-    assert "- tier: a GPU with 100 MiB VRAM (what if: --vram)" in proc.stdout
+    assert "- tier: a GPU's VRAM (what if: --vram), 100 MiB less 4.00 MiB reserve" in proc.stdout
+    assert "(the GGUF tensors a full offload puts on the GPU; the token embeddings stay in RAM); compute" in proc.stdout
     assert "| f16, -ngl " in proc.stdout and "layers and the output layer on the GPU" in proc.stdout
     suggested = proc.stdout.split("Suggested: `")[1].split("`")[0]
     assert " -c 4096 " in suggested and " -ngl " in suggested
@@ -151,13 +152,18 @@ def test_vram_asks_what_fits_on_a_gpu_of_that_size():
 
 def test_vram_large_enough_needs_no_ngl_rows():
     record = json.loads(fit("--vram", "8GiB", "--json").stdout)
-    assert record["tier"].startswith("a GPU with 8.00 GiB") and record["output_bytes"] == 0  # logits stay in RAM
+    assert record["tier"] == "a GPU's VRAM (what if: --vram)" and record["output_bytes"] == 0  # logits stay in RAM
     assert all(o["n_gpu_layers"] is None for o in record["options"]) and " -ngl " not in record["best_command"]
 
 
 @pytest.mark.parametrize("args, words", [
     (["--vram", "1GiB", "--capacity", "2GiB"], "not allowed with argument"),
-    (["--vram", "100MiB"], "the reserve (256 MiB) leaves nothing of a GPU with 100 MiB VRAM"),
+    (["--vram", "100MiB"], "cliff-tui: the default reserve (256 MiB) leaves nothing of a GPU's VRAM (what if: --vram), "
+                           "100 MiB: pass --reserve with less (0 keeps nothing free)\n"),
+    (["--capacity", "1GiB", "--reserve", "1GiB"], "cliff-tui: the reserve (1.00 GiB) leaves nothing of the given "
+                                                  "capacity, 1.00 GiB: pass a smaller --reserve\n"),
+    (["--vram", "0"], "argument --vram: a tier of '0' holds nothing: give its size, e.g. 24GiB\n"),
+    (["--capacity", "0GiB"], "argument --capacity: a tier of '0GiB' holds nothing: give its size, e.g. 24GiB\n"),
 ])
 def test_vram_bad_input_exits_2(args, words):
     proc = fit(*args)

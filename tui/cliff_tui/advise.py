@@ -87,10 +87,12 @@ def _lines_from_record(record: Any, path: str) -> list[MeasuredLine]:
 
 def advise(model: ModelInfo, tier: Tier, *, target: int | None, reserve: int | None, n_seq: int | None,
            measured: list[MeasuredLine] | None = None) -> FitTable:
-    reserve = th.default_reserve(tier.capacity_bytes) if reserve is None else reserve
+    given = reserve is not None
+    reserve = reserve if given else th.default_reserve(tier.capacity_bytes)
     if reserve >= tier.capacity_bytes:
-        raise BadInput(f"the reserve ({fmt_bytes(reserve)}) leaves nothing of {tier.name} "
-                       f"({fmt_bytes(tier.capacity_bytes)}): pass a smaller --reserve")
+        fix = "pass a smaller --reserve" if given else "pass --reserve with less (0 keeps nothing free)"
+        raise BadInput(f"the {'' if given else 'default '}reserve ({fmt_bytes(reserve)}) leaves nothing of "
+                       f"{tier.name}, {fmt_bytes(tier.capacity_bytes)}: {fix}")
     try:
         return fit_table(model, tier.capacity_bytes, tier=tier.name, gpu=tier.gpu, reserve_bytes=reserve,
                          target_ctx=target, n_seq=n_seq, measured=measured or [])

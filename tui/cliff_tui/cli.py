@@ -105,6 +105,13 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _capacity(text: str) -> int:
+    size = _size(text)
+    if size == 0:
+        raise argparse.ArgumentTypeError(f"a tier of {text!r} holds nothing: give its size, e.g. 24GiB")
+    return size
+
+
 def _add_monitor_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-i", "--interval", type=_interval, default=0.5, metavar="S",
                    help="seconds between samples (default 0.5)")
@@ -224,9 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("-np", "--parallel", type=_parallel, metavar="N",
                      help="llama-server slots (default: its own, 4 sharing one unified cache)")
     tier = fit.add_mutually_exclusive_group()
-    tier.add_argument("--capacity", type=_size, metavar="SIZE",
+    tier.add_argument("--capacity", type=_capacity, metavar="SIZE",
                       help="the cliff tier's size (default: this machine's GPU0 VRAM, else the RAM available)")
-    tier.add_argument("--vram", type=_size, metavar="SIZE",
+    tier.add_argument("--vram", type=_capacity, metavar="SIZE",
                       help="what if: a GPU with this much VRAM (rows with -ngl where the model does not fit whole)")
     fit.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free (default 5 %%, ≥ 256 MiB)")
     fit.add_argument("--from", dest="from_file", metavar="FILE",
@@ -435,7 +442,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.capacity is not None:
         tier = Tier("the given capacity", args.capacity, gpu=False)
     elif args.vram is not None:
-        tier = Tier(f"a GPU with {fmt_bytes(args.vram)} VRAM (what if: --vram)", args.vram, gpu=True)
+        tier = Tier("a GPU's VRAM (what if: --vram)", args.vram, gpu=True)
     else:
         from cliff_tui.probes.sampler import Sampler
 

@@ -226,7 +226,7 @@ def _weights(model: ModelInfo, gpu: bool, measured: int | None) -> tuple[int, st
         return measured, "measured model buffer"
     if gpu and model.block_weight_bytes and model.output_weight_bytes is not None:
         return (sum(model.block_weight_bytes) + model.output_weight_bytes,
-                "GGUF tensors offloaded with every layer (the token embeddings stay in RAM)")
+                "the GGUF tensors a full offload puts on the GPU; the token embeddings stay in RAM")
     return model.size_bytes, "file size"
 
 
