@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
+
+from cliff_tui.units import fmt_bytes
 
 CLIFF = [sys.executable, "-m", "cliff_tui"]
 BUFFERED = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as a user's shell has it
@@ -77,6 +80,17 @@ def test_a_triangulation_whose_depths_do_not_fit_the_given_context_says_so(args,
     assert proc.stderr.strip().splitlines()[-1] == (f"cliff-tui: -c 300 is smaller than the depth {deepest} + "
                                                     f"--n-gen 8 = {int(deepest.replace(',', '')) + 8:,}: raise -c, "
                                                     "or leave it out to size each context")
+
+
+def test_a_triangulation_refuses_a_reserve_no_tier_here_holds_before_it_loads_the_model():
+    reserve = 4 * psutil.virtual_memory().total  # above any GPU's VRAM on machines this runs on
+    proc = run("triangulate", "--headless", "--depths", "256", "-n", "8", "--reserve", str(reserve))
+    assert proc.returncode == 2
+    assert "[load]" not in proc.stdout
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"cliff-tui: --reserve {fmt_bytes(reserve)} leaves nothing to project against: the largest "
+                           "memory tier here, ")
+    assert line.endswith("; pass a smaller --reserve")
 
 
 def test_a_triangulation_refuses_a_pipe_as_its_prompt_file(tmp_path):

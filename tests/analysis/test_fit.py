@@ -186,3 +186,10 @@ def test_the_advisor_needs_neither_llama_cpp_nor_textual():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('llama_cpp', 'textual')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_reserve_above_the_capacity_leaves_nothing_usable_not_a_negative_size(smol):
+    table = fit_table(smol, 2**30, reserve_bytes=3 * 2**30, target_ctx=4096)
+    assert table.usable_bytes == 0
+    assert not any(o.fits for o in table.options)
+    assert "1.00 GiB less 3.00 GiB reserve = 0 B usable" in format_fit_markdown(table)

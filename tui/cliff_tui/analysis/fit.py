@@ -108,7 +108,7 @@ class FitTable:
 
     @property
     def usable_bytes(self) -> int:
-        return self.capacity_bytes - self.reserve_bytes
+        return max(0, self.capacity_bytes - self.reserve_bytes)
 
     @property
     def best(self) -> FitOption | None:

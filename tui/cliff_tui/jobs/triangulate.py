@@ -32,10 +32,11 @@ from cliff_tui.engine.tokens import check_rereadable
 from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.events import (
-    DecodePoint, FillMode, ModelInfo, Notice, RunFailed, RunFinished, RunResult, RunSettings, TriangulationPlanned,
+    DecodePoint, FillMode, ModelInfo, Notice, RunFailed, RunFinished, RunResult, RunSettings, Sample,
+    TriangulationPlanned,
 )
 from cliff_tui.probes.sampler import Sampler
-from cliff_tui.units import MiB, fmt_duration
+from cliff_tui.units import MiB, fmt_bytes, fmt_duration
 
 DEFAULT_DEPTHS = (16_000, 32_000, 65_000)
 OVERSHOOT = 1.25  # a triangulation this much longer than it said it would take says so
@@ -149,6 +150,17 @@ def plan_depths(profile: PrefillProfile, budget_s: float, n_gen: int) -> tuple[l
     return depths, note, True
 
 
+def _check_reserve(reserve: int | None, first: Sample) -> None:
+    """A reserve no memory tier here can hold leaves every projection at 0 tokens: said before
+    anything runs."""
+    rooms = {"RAM available": first.ram_room_bytes,
+             **{f"GPU{i} VRAM": g.vram_total_bytes for i, g in enumerate(first.gpus) if g.vram_total_bytes}}
+    name, largest = max(rooms.items(), key=lambda item: item[1])
+    if reserve is not None and reserve >= largest:
+        raise BadInput(f"--reserve {fmt_bytes(reserve)} leaves nothing to project against: the largest memory "
+                       f"tier here, {name}, holds {fmt_bytes(largest)}; pass a smaller --reserve")
+
+
 class TriangulateJob:
     follows_own_process = False
 
@@ -180,6 +192,7 @@ class TriangulateJob:
             check_rereadable(self.base.prompt_file)
         model = self.model = read_model_info(self.base.model_path)
         first = Sampler(pid=None).sample()
+        _check_reserve(self.reserve, first)
         note = ""
         if self.requested_depths is None and self.fill_choice != "synthetic":
             self.depths, note = self._plan_depths(model, publish, cancel, on_worker)
