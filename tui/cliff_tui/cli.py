@@ -65,6 +65,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _threads(text: str) -> int:
+    """llama.cpp's -t, up to the CPUs this process may run on: its threads spin-wait, so one more
+    than there are CPUs slows every token and the timings measure the crowding."""
+    threads = _positive_int(text)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if threads > cpus:
+        raise argparse.ArgumentTypeError(f"{threads:,} threads on the {cpus} CPUs this process may use would "
+                                         f"wait for each other and slow every token: use at most {cpus}")
+    return threads
+
+
 def _gpu_layers(text: str) -> int:
     """llama.cpp's -ngl: a layer count, or -1 or ``all`` for every layer. Its ``auto`` fits the
     layers to free VRAM, which llama-cpp-python does not do."""
@@ -135,7 +146,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("-ctv", "--cache-type-v", default="f16", choices=CACHE_TYPES, metavar="TYPE",
                    help="V cache type (a quantised V needs flash attention)")
     g.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
-    g.add_argument("-t", "--threads", type=_positive_int, metavar="N", help="CPU threads (default: llama.cpp's)")
+    g.add_argument("-t", "--threads", type=_threads, metavar="N",
+                   help="CPU threads, at most the CPUs this process may use (default: llama.cpp's)")
     g.add_argument("-b", "--batch-size", type=_positive_int, default=2048, metavar="N")
     g.add_argument("-ub", "--ubatch-size", type=_positive_int, default=512, metavar="N")
     g.add_argument("--prompt-file", metavar="FILE", help="prefill from this document instead of built-in text")
