@@ -10,9 +10,11 @@ import subprocess
 import sys
 import threading
 
+import psutil
 import pytest
 
 from cliff_tui.engine.worker import PrefillProfile
+from cliff_tui.errors import BadInput
 from cliff_tui.events import RunFinished, RunSettings
 from cliff_tui.recording.export import replay_all
 from cliff_tui.recording.reader import open_recording
@@ -67,6 +69,16 @@ def test_each_point_runs_in_a_worker_process_of_its_own(tiny_model):
     assert len(workers) == 2 and len(set(workers)) == 2 and os.getpid() not in workers
     assert followed[-1] is None  # the sampler stops following a worker that has exited
     assert sum(isinstance(e, RunFinished) for e in events) == 2
+
+
+def test_a_job_given_a_reserve_no_tier_holds_refuses_before_it_runs_anything(tiny_model):
+    reserve = 4 * psutil.virtual_memory().total
+    job = TriangulateJob(RunSettings(model_path=str(tiny_model), depth=0, n_gen=8), depths=[128, 256],
+                         target=1024, reserve=reserve, kv_types=[("f16", "f16")])
+    events: list[object] = []
+    with pytest.raises(BadInput, match=r"leaves nothing to project against: the largest memory tier here"):
+        job.run(events.append, threading.Event(), lambda pid: None)
+    assert events == []
 
 
 def test_a_replayed_triangulation_gives_the_same_output(recorded):

@@ -507,7 +507,8 @@ def _check_served(command: list[str]) -> None:
 
 def _check_files(args: argparse.Namespace) -> None:
     """What a command reads before it draws anything, read now: the model's header, the prompt
-    file, the recording, a triangulation file, a server's URL, the process to follow."""
+    file, the recording, a triangulation file, a server's URL, the process to follow, the memory a
+    reserve is taken from."""
     from cliff_tui.errors import check_readable
 
     if getattr(args, "model", None):
@@ -529,6 +530,11 @@ def _check_files(args: argparse.Namespace) -> None:
         from cliff_tui.jobs.attach import AttachJob
 
         AttachJob.from_args(args.llama_server, args.ollama)
+    if args.command == "triangulate" and args.reserve is not None:
+        from cliff_tui.jobs.triangulate import check_reserve
+        from cliff_tui.probes.sampler import Sampler
+
+        check_reserve(args.reserve, Sampler().sample())
     if getattr(args, "pid", None):
         from cliff_tui.probes.system import check_process
 

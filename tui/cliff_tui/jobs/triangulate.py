@@ -150,7 +150,7 @@ def plan_depths(profile: PrefillProfile, budget_s: float, n_gen: int) -> tuple[l
     return depths, note, True
 
 
-def _check_reserve(reserve: int | None, first: Sample) -> None:
+def check_reserve(reserve: int | None, first: Sample) -> None:
     """A reserve no memory tier here can hold leaves every projection at 0 tokens: said before
     anything runs."""
     rooms = {"RAM available": first.ram_room_bytes,
@@ -192,7 +192,7 @@ class TriangulateJob:
             check_rereadable(self.base.prompt_file)
         model = self.model = read_model_info(self.base.model_path)
         first = Sampler(pid=None).sample()
-        _check_reserve(self.reserve, first)
+        check_reserve(self.reserve, first)
         note = ""
         if self.requested_depths is None and self.fill_choice != "synthetic":
             self.depths, note = self._plan_depths(model, publish, cancel, on_worker)
