@@ -147,7 +147,8 @@ def load_model(model: str | Path, depth: int, n_gen: int, threads: int | None = 
     """The model loaded with ``run``'s settings for ``depth``, a maker of contexts sized for it, and
     the prompt's tokens."""
     from cliff_tui.engine.llama import Context, LoadedModel
-    from cliff_tui.engine.runner import context_size, resolve_settings
+    from cliff_tui.engine.runner import context_size
+    from cliff_tui.engine.settings import resolve_settings
     from cliff_tui.engine.tokens import prompt_tokens
     from cliff_tui.events import RunSettings
 

@@ -93,6 +93,18 @@ def test_a_triangulation_refuses_a_reserve_no_tier_here_holds_before_it_loads_th
     assert line.endswith("; pass a smaller --reserve")
 
 
+@pytest.mark.parametrize("args, line", [
+    (["run", "-c", "32", "--depth", "64"], "-c 32 is smaller than the depth 64 + --n-gen 128 = 192: raise -c, or "
+                                           "leave it out to size each context"),
+    (["triangulate", "--depths", "256", "-ctv", "q8_0", "-fa", "off"],
+     "a quantised V cache (-ctv q8_0) needs flash attention: use -fa on (or leave -fa auto)"),
+])
+def test_settings_a_run_refuses_are_said_before_the_screen_opens(args, line):
+    proc = run(*args, stdin=subprocess.DEVNULL)  # were the screen first, it would say it needs a terminal
+    assert proc.returncode == 2
+    assert proc.stderr == f"cliff-tui: {line}\n"
+
+
 def test_a_triangulation_refuses_a_pipe_as_its_prompt_file(tmp_path):
     fifo = tmp_path / "doc"
     os.mkfifo(fifo)

@@ -112,6 +112,9 @@ def test_a_port_in_use_is_one_line_and_exit_2():
     (["--", "run", "-m", "/nonexistent.gguf"], "model file not found: /nonexistent.gguf"),
     (["--", "attach", "--llama-server", "ftp://x"], "--llama-server: 'ftp://x' is not an http(s)://host[:port] URL"),
     (["--", "watch", "--record", "r.jsonl"], "they cannot share one --record file: record from a terminal"),
+    (["--", "run", "-c", "32", "--depth", "64"], "-c 32 is smaller than the depth 64 + --n-gen 128 = 192"),
+    (["--", "triangulate", "-ctv", "q4_0", "-fa", "off"], "a quantised V cache (-ctv q4_0) needs flash attention"),
+    (["--", "watch", "--pid", "999999"], "no process with PID 999999"),
     (["--public-url", "http://[gpu-box"], "--public-url: 'http://[gpu-box' is not an http(s)://host[:port] URL"),
     (["--public-url", "ftp://gpu-box"], "--public-url: 'ftp://gpu-box' is not an http(s)://host[:port] URL"),
 ])

@@ -13,7 +13,8 @@ import pytest
 from cliff_tui.engine import fill
 from cliff_tui.engine.fill import FillUnavailable, KvFiller, Layout, choose_fill, parse_state
 from cliff_tui.engine.llama import Context, LoadedModel
-from cliff_tui.engine.runner import Run, RunOptions, resolve_settings
+from cliff_tui.engine.runner import Run, RunOptions
+from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.worker import PrefillProfile
 from cliff_tui.events import Notice, RunSettings
 from cliff_tui.jobs.triangulate import DEFAULT_DEPTHS, TriangulateJob

@@ -13,8 +13,9 @@ import pytest
 from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
 from cliff_tui.engine.llama_log import parse_buffer_line, parse_flash_attn
 from cliff_tui.engine.runner import (
-    MIN_WINDOW_TOKENS, Run, RunOptions, context_size, probe_depths, resolve_settings, window_length,
+    MIN_WINDOW_TOKENS, Run, RunOptions, context_size, probe_depths, window_length,
 )
+from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.events import BufferSize, DecodeWindow, Notice, RunFailed, RunFinished, RunProgress, RunSettings
 
 

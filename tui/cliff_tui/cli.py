@@ -68,8 +68,10 @@ def _positive_int(text: str) -> int:
 def _threads(text: str) -> int:
     """llama.cpp's -t, up to the CPUs this process may run on: its threads spin-wait, so one more
     than there are CPUs slows every token and the timings measure the crowding."""
+    from cliff_tui.engine.settings import usable_cpus
+
     threads = _positive_int(text)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = usable_cpus()
     if threads > cpus:
         raise argparse.ArgumentTypeError(f"{threads:,} threads on the {cpus} CPUs this process may use would "
                                          f"wait for each other and slow every token: use at most {cpus}")
@@ -328,7 +330,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from cliff_tui.probes.sampler import Sampler
 
     _check_once(args)
-    _check_files(args)
+    _check_input(args)
     sampler = Sampler(pid=args.pid)
     if not args.once and not args.headless:
         return _tui(args, _session(args, sampler=sampler))
@@ -349,11 +351,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from cliff_tui.jobs.run import RunJob
     from cliff_tui.report import RUN_COLUMNS, dumps, markdown_table, run_record, run_rows
 
-    _check_files(args)
-    session = _session(args, RunJob(_run_settings(args, depth=args.depth), fill=args.fill), queued=not args.headless)
+    job = _job_for(args)
+    _check_input(args, job)
+    session = _session(args, job, queued=not args.headless)
     if not args.headless:
         return _tui(args, session)
     if _run_headless(session) == "cancelled" or not session.pipeline.results:
@@ -370,13 +372,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_triangulate(args: argparse.Namespace) -> int:
-    from cliff_tui.jobs.triangulate import TriangulateJob
     from cliff_tui.report import triangulation_output
 
-    _check_files(args)
-    job = TriangulateJob(_run_settings(args, depth=0), depths=args.depths, target=args.target,
-                         reserve=args.reserve, kv_types=_kv_types(args), budget_s=args.budget,
-                         chain=not args.no_chain, fill=args.fill)
+    job = _job_for(args)
+    _check_input(args, job)
     session = _session(args, job, queued=not args.headless)
     if not args.headless:
         return _tui(args, session)
@@ -414,7 +413,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from cliff_tui.jobs.attach import AttachJob, attach_once
 
     _check_once(args)
-    _check_files(args)
+    _check_input(args)
     measured = _measured_capacity(args.from_file) if args.from_file else None
     job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout, measured)
     sampler = _sampler_for(job, pid=args.pid)
@@ -474,7 +473,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     from cliff_tui.session import Session
 
     bind = parse_bind(args.bind, EXPORTER_PORT)
-    _check_files(args)
+    _check_input(args)
     plans = read_plans(args.from_file) if args.from_file else []
     job = None
     if args.llama_server or args.ollama:
@@ -502,26 +501,34 @@ def _check_served(command: list[str]) -> None:
     if getattr(served, "record", None):
         raise BadInput("cliff-tui serve: each browser tab runs a session of its own, and they cannot share one "
                        "--record file: record from a terminal, or press r in the tab")
-    _check_files(served)
+    _check_input(served, _job_for(served))
 
 
-def _check_files(args: argparse.Namespace) -> None:
-    """What a command reads before it draws anything, read now: the model's header, the prompt
-    file, the recording, a triangulation file, a server's URL, the process to follow, the memory a
-    reserve is taken from."""
+def _job_for(args: argparse.Namespace):
+    """The job of ``run`` or ``triangulate``; None for the other commands."""
+    if args.command == "run":
+        from cliff_tui.jobs.run import RunJob
+
+        return RunJob(_run_settings(args, depth=args.depth), fill=args.fill)
+    if args.command == "triangulate":
+        from cliff_tui.jobs.triangulate import TriangulateJob
+
+        return TriangulateJob(_run_settings(args, depth=0), depths=args.depths, target=args.target,
+                              reserve=args.reserve, kv_types=_kv_types(args), budget_s=args.budget,
+                              chain=not args.no_chain, fill=args.fill)
+    return None
+
+
+def _check_input(args: argparse.Namespace, job=None) -> None:
+    """What a command reads or asks for, checked before it draws anything: the model's header, the
+    recording, a triangulation file, a server's URL, the process to follow, and what the job
+    refuses (its settings, its prompt file, its reserve)."""
     from cliff_tui.errors import check_readable
 
     if getattr(args, "model", None):
         from cliff_tui.engine.gguf_meta import read_model_info
 
         read_model_info(os.path.abspath(args.model))
-    if getattr(args, "prompt_file", None):
-        from cliff_tui.engine.tokens import check_rereadable
-
-        if args.command == "triangulate":
-            check_rereadable(args.prompt_file)
-        else:
-            check_readable(args.prompt_file, "prompt file")
     if args.command == "replay":
         check_readable(args.file, "recording")
     if getattr(args, "from_file", None):
@@ -530,15 +537,12 @@ def _check_files(args: argparse.Namespace) -> None:
         from cliff_tui.jobs.attach import AttachJob
 
         AttachJob.from_args(args.llama_server, args.ollama)
-    if args.command == "triangulate" and args.reserve is not None:
-        from cliff_tui.jobs.triangulate import check_reserve
-        from cliff_tui.probes.sampler import Sampler
-
-        check_reserve(args.reserve, Sampler().sample())
     if getattr(args, "pid", None):
         from cliff_tui.probes.system import check_process
 
         check_process(args.pid)
+    if job is not None:
+        job.check()
 
 
 # --- plumbing ---------------------------------------------------------------------------------

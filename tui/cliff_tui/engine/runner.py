@@ -24,7 +24,6 @@ from typing import Callable
 from cliff_tui.analysis.buffers import by_kind, gpu_index_of, kv_device
 from cliff_tui.analysis.cliff import cliff_verdict, memory_sign
 from cliff_tui.analysis.speed import classify_speed, steady, window_rate
-from cliff_tui.analysis.ggml_types import CACHE_TYPE_BYTES, QUANTISED
 from cliff_tui.analysis.theory import kv_bytes_per_token, pad_n_ctx
 from cliff_tui.errors import BadInput, Cancelled, CliffError, DoesNotFit
 from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfillable_reason
@@ -32,6 +31,7 @@ from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.llama import Context, LoadedModel, supports_gpu_offload
 from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line, parse_flash_attn
 from cliff_tui.engine.memory import MemoryTracker
+from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.tokens import MINIMAL_PROMPT, prompt_tokens
 from cliff_tui.heap import return_freed_memory
 from cliff_tui.events import (
@@ -128,42 +128,6 @@ class _Window:
     @property
     def faults_per_token(self) -> float | None:
         return None if self.major_faults is None else self.major_faults / len(self.durations)
-
-
-def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
-    """Check the knobs; returns the settings to use and what was changed, in words."""
-    notes: list[str] = []
-    for flag, value in (("-ctk", settings.cache_type_k), ("-ctv", settings.cache_type_v)):
-        if value not in CACHE_TYPE_BYTES:
-            raise BadInput(f"{flag} {value}: unknown cache type (use one of {', '.join(CACHE_TYPE_BYTES)})")
-    if settings.depth < 1 or settings.n_gen < 2:
-        raise BadInput("--depth must be ≥ 1 and --n-gen ≥ 2")
-    if settings.cache_type_v in QUANTISED:
-        if settings.flash_attn == "off":
-            raise BadInput(f"a quantised V cache (-ctv {settings.cache_type_v}) needs flash attention: "
-                           "use -fa on (or leave -fa auto)")
-        if settings.flash_attn == "auto":
-            settings = dataclasses.replace(settings, flash_attn="on")
-            notes.append(f"flash attention turned on: a quantised V cache (-ctv {settings.cache_type_v}) needs it")
-    if not settings.threads:
-        settings = dataclasses.replace(settings, threads=default_threads())
-    need = settings.depth + settings.n_gen
-    if settings.n_ctx is not None and settings.n_ctx < need:
-        raise BadInput(f"-c {settings.n_ctx:,} is smaller than the depth {settings.depth:,} + --n-gen "
-                       f"{settings.n_gen:,} = {need:,}: raise -c, or leave it out to size each context")
-    return settings, notes
-
-
-def default_threads() -> int:
-    """Physical cores this process may use: llama.cpp's own default (4) oversubscribes small
-    machines, which halves decode speed and doubles its noise."""
-    import psutil
-
-    try:
-        allowed = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        allowed = os.cpu_count() or 1
-    return max(1, min(allowed, psutil.cpu_count(logical=False) or allowed))
 
 
 def context_size(settings: RunSettings) -> int:

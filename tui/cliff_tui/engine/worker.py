@@ -88,7 +88,8 @@ def _calibrate_main(settings: RunSettings, tokens: int, chunk: int, conn: Any) -
     from cliff_tui.analysis.speed import fit_line
     from cliff_tui.errors import CliffError
     from cliff_tui.engine.llama import Context, LoadedModel
-    from cliff_tui.engine.runner import context_size, resolve_settings
+    from cliff_tui.engine.runner import context_size
+    from cliff_tui.engine.settings import resolve_settings
     from cliff_tui.engine.tokens import prompt_tokens
 
     try:
@@ -129,7 +130,7 @@ def _calibrate_deep_main(settings: RunSettings, profile: PrefillProfile, depth: 
     from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfillable_reason
     from cliff_tui.engine.gguf_meta import read_model_info
     from cliff_tui.engine.llama import Context, LoadedModel
-    from cliff_tui.engine.runner import resolve_settings
+    from cliff_tui.engine.settings import resolve_settings
     from cliff_tui.engine.tokens import prompt_tokens
 
     try:

@@ -20,6 +20,11 @@ class Job(Protocol):
     title: str
     follows_own_process: bool  # the model runs in this process: the sampler follows this PID
 
+    def check(self) -> None:
+        """Raise :class:`cliff_tui.errors.BadInput` for what the job would refuse, before anything
+        loads: the command line calls it before the screen opens, ``run`` first of all."""
+        ...
+
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
         """Do the work; raise :class:`cliff_tui.errors.CliffError` for what the user can fix."""
         ...

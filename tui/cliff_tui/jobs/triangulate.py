@@ -25,9 +25,9 @@ from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.engine.fill import FillChoice, choose_fill, learn_count
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.runner import (
-    RunOptions, context_size, filled_load, filled_tail, probe_depths, resolve_settings, window_length,
-    window_ring,
+    RunOptions, context_size, filled_load, filled_tail, probe_depths, window_length, window_ring,
 )
+from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.tokens import check_rereadable
 from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
 from cliff_tui.jobs import OnWorker, Outcome, Publish
@@ -150,13 +150,13 @@ def plan_depths(profile: PrefillProfile, budget_s: float, n_gen: int) -> tuple[l
     return depths, note, True
 
 
-def check_reserve(reserve: int | None, first: Sample) -> None:
+def check_reserve(reserve: int, first: Sample) -> None:
     """A reserve no memory tier here can hold leaves every projection at 0 tokens: said before
     anything runs."""
     rooms = {"RAM available": first.ram_room_bytes,
              **{f"GPU{i} VRAM": g.vram_total_bytes for i, g in enumerate(first.gpus) if g.vram_total_bytes}}
     name, largest = max(rooms.items(), key=lambda item: item[1])
-    if reserve is not None and reserve >= largest:
+    if reserve >= largest:
         raise BadInput(f"--reserve {fmt_bytes(reserve)} leaves nothing to project against: the largest memory "
                        f"tier here, {name}, holds {fmt_bytes(largest)}; pass a smaller --reserve")
 
@@ -185,14 +185,20 @@ class TriangulateJob:
         shown = ",".join(f"{d:,}" for d in self.depths) if self.requested_depths else "adaptive"
         self.title = f"depths {shown}"
 
-    def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
+    def check(self) -> None:
         for k, v in self.kv_types:
             resolve_settings(dataclasses.replace(self.base, depth=1, cache_type_k=k, cache_type_v=v))
+        if self.requested_depths or self.fill_choice == "synthetic":  # else planned in run()
+            resolve_settings(dataclasses.replace(self.base, depth=max(self.depths)))  # with -c, every depth must fit
         if self.base.prompt_file:
             check_rereadable(self.base.prompt_file)
+        if self.reserve is not None:
+            check_reserve(self.reserve, Sampler(pid=None).sample())
+
+    def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
+        self.check()
         model = self.model = read_model_info(self.base.model_path)
         first = Sampler(pid=None).sample()
-        check_reserve(self.reserve, first)
         note = ""
         if self.requested_depths is None and self.fill_choice != "synthetic":
             self.depths, note = self._plan_depths(model, publish, cancel, on_worker)
