@@ -338,6 +338,8 @@ def report(args: argparse.Namespace, curves: dict, runs: dict) -> None:
 
 
 def main() -> int:
+    from cliff_tui.engine.settings import usable_cpus
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limits", default="64,80,96,112", help="cgroup memory limits, MiB, comma-separated")
     parser.add_argument("--depth", type=int, default=4096)
@@ -346,7 +348,7 @@ def main() -> int:
     parser.add_argument("--probe-every", type=int, default=256)
     parser.add_argument("--probe-tokens", type=int, default=8)
     parser.add_argument("--ubatch", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=min(2, usable_cpus()))
     parser.add_argument("--swap", choices=("file", "zram"), default="file")
     parser.add_argument("--swap-mib", type=int, default=1024)
     parser.add_argument("--no-mmap", action="store_true", help="load the weights into anonymous memory")

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -18,6 +19,13 @@ DATA = Path(__file__).parent / "data"
 
 
 CHILD_BYTES = 50_000_000
+
+
+def free_pid() -> int:
+    """A PID no process has now: the highest one free below the kernel's limit."""
+    limit = Path("/proc/sys/kernel/pid_max")
+    top = int(limit.read_text()) if limit.exists() else 99_999
+    return next(pid for pid in range(top - 1, 1, -1) if not psutil.pid_exists(pid))
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,12 @@ flag, exit 2, before anything starts."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from cliff_tui.cli import build_parser, normalise_argv
+from cliff_tui.engine.settings import usable_cpus
+
+CPUS = usable_cpus()
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -25,9 +26,9 @@ from cliff_tui.cli import build_parser, normalise_argv
     (["exporter", "--pid", "0"], "--pid: must be a whole number from 1"),
     (["run", "-t", "0"], "-t/--threads: must be a whole number from 1"),
     (["run", "-t", str(2**40)], "-t/--threads: must be a whole number from 1"),
-    (["triangulate", "-t", str(len(os.sched_getaffinity(0)) + 1)],
-     f"-t/--threads: {len(os.sched_getaffinity(0)) + 1:,} threads on the {len(os.sched_getaffinity(0))} CPUs this "
-     f"process may use would wait for each other and slow every token: use at most {len(os.sched_getaffinity(0))}"),
+    (["triangulate", "-t", str(CPUS + 1)],
+     f"-t/--threads: {CPUS + 1:,} threads on {CPUS:,} CPU{'s' if CPUS > 1 else ''} (what this process may use) "
+     f"would wait for each other and slow every token: use at most {CPUS:,}"),
     (["run", "-ub", "-512"], "-ub/--ubatch-size: must be a whole number from 1"),
     (["run", "-ngl", "-5"], "-ngl/--n-gpu-layers: must be a layer count from 0 to 2,147,483,647, or all (-1): not '-5'"),
     (["run", "-ngl", str(2**32 - 1)], "must be a layer count from 0"),  # a C int would wrap it to -1

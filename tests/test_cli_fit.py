@@ -158,12 +158,13 @@ def test_vram_large_enough_needs_no_ngl_rows():
 
 @pytest.mark.parametrize("args, words", [
     (["--vram", "1GiB", "--capacity", "2GiB"], "not allowed with argument"),
-    (["--vram", "100MiB"], "cliff-tui: the default reserve (256 MiB) leaves nothing of a GPU's VRAM (what if: --vram), "
-                           "100 MiB: pass --reserve with less (0 keeps nothing free)\n"),
-    (["--capacity", "1GiB", "--reserve", "1GiB"], "cliff-tui: the reserve (1.00 GiB) leaves nothing of the given "
-                                                  "capacity, 1.00 GiB: pass a smaller --reserve\n"),
-    (["--vram", "0"], "argument --vram: a tier of '0' holds nothing: give its size, e.g. 24GiB\n"),
-    (["--capacity", "0GiB"], "argument --capacity: a tier of '0GiB' holds nothing: give its size, e.g. 24GiB\n"),
+    (["--vram", "100MiB"], "cliff-tui: the default reserve (256 MiB) leaves nothing of the 100 MiB of a GPU's VRAM "
+                           "(what if: --vram): pass --reserve with less (0 keeps nothing free)\n"),
+    (["--capacity", "1GiB", "--reserve", "1GiB"], "cliff-tui: the reserve (1.00 GiB) leaves nothing of the 1.00 GiB "
+                                                  "of the given capacity: pass a smaller --reserve\n"),
+    (["--vram", "0.4"], "argument --vram: a tier of '0.4' holds nothing: give its size with a unit, e.g. 24GiB "
+                        "(a bare number is bytes)\n"),
+    (["--capacity", "0GiB"], "argument --capacity: a tier of '0GiB' holds nothing: give its size with a unit"),
 ])
 def test_vram_bad_input_exits_2(args, words):
     proc = fit(*args)

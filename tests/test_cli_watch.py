@@ -19,7 +19,7 @@ from cliff_tui.headless import watch_line
 from cliff_tui.probes.amd import find_amd_cards
 from cliff_tui.probes.sampler import Sampler
 
-from conftest import CHILD_BYTES  # the `child` fixture holds this much
+from conftest import CHILD_BYTES, free_pid  # the `child` fixture holds CHILD_BYTES
 
 
 def _has_gpu() -> bool:
@@ -43,15 +43,6 @@ def cliff(*args: str, script: bool = False) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, f"{cmd} exited {proc.returncode}: {proc.stderr}"
     return json.loads(proc.stdout)  # stdout is exactly one JSON document
-
-
-def _free_pid() -> int:
-    for pid in (999_999, 4_194_303, 3_999_999):
-        if not psutil.pid_exists(pid):
-            return pid
-    pytest.skip("could not find an unused PID")
-
-
 
 
 def check_sample(record: dict) -> None:
@@ -113,7 +104,7 @@ def test_console_script_with_pid_1():
                                      ["attach", "--llama-server", "http://127.0.0.1:9", "--once"],
                                      ["exporter", "--bind", "127.0.0.1:0"]])
 def test_a_pid_that_does_not_exist_is_refused_before_anything_starts(command):
-    pid = _free_pid()
+    pid = free_pid()
     proc = subprocess.run([sys.executable, "-m", "cliff_tui", *command, "--pid", str(pid)],
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2, proc.stdout

@@ -18,6 +18,7 @@ import pytest
 
 from cliff_tui.probes.system import read_memory
 from cliff_tui.units import fmt_bytes
+from conftest import free_pid
 from exporter.running import clean_env
 from fakes.http_server import free_port
 
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import browser  # noqa: E402 - scripts/browser.py
+
+FREE_PID = free_pid()
 
 
 def serve(*args: str) -> subprocess.Popen:
@@ -114,7 +117,7 @@ def test_a_port_in_use_is_one_line_and_exit_2():
     (["--", "watch", "--record", "r.jsonl"], "they cannot share one --record file: record from a terminal"),
     (["--", "run", "-c", "32", "--depth", "64"], "-c 32 is smaller than the depth 64 + --n-gen 128 = 192"),
     (["--", "triangulate", "-ctv", "q4_0", "-fa", "off"], "a quantised V cache (-ctv q4_0) needs flash attention"),
-    (["--", "watch", "--pid", "999999"], "no process with PID 999999"),
+    (["--", "watch", "--pid", str(FREE_PID)], f"no process with PID {FREE_PID}"),
     (["--public-url", "http://[gpu-box"], "--public-url: 'http://[gpu-box' is not an http(s)://host[:port] URL"),
     (["--public-url", "ftp://gpu-box"], "--public-url: 'ftp://gpu-box' is not an http(s)://host[:port] URL"),
 ])

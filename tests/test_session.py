@@ -22,6 +22,9 @@ class FailingJob:
     def __init__(self, error: Exception) -> None:
         self.error = error
 
+    def check(self) -> None:
+        pass
+
     def run(self, publish, cancel: threading.Event, on_worker) -> str:
         raise self.error
 

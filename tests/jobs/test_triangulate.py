@@ -76,7 +76,7 @@ def test_a_job_given_a_reserve_no_tier_holds_refuses_before_it_runs_anything(tin
     job = TriangulateJob(RunSettings(model_path=str(tiny_model), depth=0, n_gen=8), depths=[128, 256],
                          target=1024, reserve=reserve, kv_types=[("f16", "f16")])
     events: list[object] = []
-    with pytest.raises(BadInput, match=r"leaves nothing to project against: the largest memory tier here"):
+    with pytest.raises(BadInput, match=r"is more than any memory tier here holds \(the largest: "):
         job.run(events.append, threading.Event(), lambda pid: None)
     assert events == []
 

@@ -91,8 +91,8 @@ def advise(model: ModelInfo, tier: Tier, *, target: int | None, reserve: int | N
     reserve = reserve if given else th.default_reserve(tier.capacity_bytes)
     if reserve >= tier.capacity_bytes:
         fix = "pass a smaller --reserve" if given else "pass --reserve with less (0 keeps nothing free)"
-        raise BadInput(f"the {'' if given else 'default '}reserve ({fmt_bytes(reserve)}) leaves nothing of "
-                       f"{tier.name}, {fmt_bytes(tier.capacity_bytes)}: {fix}")
+        raise BadInput(f"the {'' if given else 'default '}reserve ({fmt_bytes(reserve)}) leaves nothing of the "
+                       f"{fmt_bytes(tier.capacity_bytes)} of {tier.name}: {fix}")
     try:
         return fit_table(model, tier.capacity_bytes, tier=tier.name, gpu=tier.gpu, reserve_bytes=reserve,
                          target_ctx=target, n_seq=n_seq, measured=measured or [])

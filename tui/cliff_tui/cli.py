@@ -73,8 +73,9 @@ def _threads(text: str) -> int:
     threads = _positive_int(text)
     cpus = usable_cpus()
     if threads > cpus:
-        raise argparse.ArgumentTypeError(f"{threads:,} threads on the {cpus} CPUs this process may use would "
-                                         f"wait for each other and slow every token: use at most {cpus}")
+        raise argparse.ArgumentTypeError(f"{threads:,} threads on {cpus:,} CPU{'s' if cpus > 1 else ''} (what this "
+                                         f"process may use) would wait for each other and slow every token: "
+                                         f"use at most {cpus:,}")
     return threads
 
 
@@ -121,7 +122,8 @@ def _size(text: str) -> int:
 def _capacity(text: str) -> int:
     size = _size(text)
     if size == 0:
-        raise argparse.ArgumentTypeError(f"a tier of {text!r} holds nothing: give its size, e.g. 24GiB")
+        raise argparse.ArgumentTypeError(f"a tier of {text!r} holds nothing: give its size with a unit, e.g. 24GiB "
+                                         "(a bare number is bytes)")
     return size
 
 

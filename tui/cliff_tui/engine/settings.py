@@ -1,5 +1,5 @@
-"""The settings of a run, checked before anything loads: cache types, flash attention, the
-context against the depth, the threads."""
+"""The settings of a run, checked before anything loads (cache types, flash attention, the
+context against the depth), and the threads it takes by default."""
 
 from __future__ import annotations
 

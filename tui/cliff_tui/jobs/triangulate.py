@@ -35,6 +35,7 @@ from cliff_tui.events import (
     DecodePoint, FillMode, ModelInfo, Notice, RunFailed, RunFinished, RunResult, RunSettings, Sample,
     TriangulationPlanned,
 )
+from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.units import MiB, fmt_bytes, fmt_duration
 
@@ -150,15 +151,25 @@ def plan_depths(profile: PrefillProfile, budget_s: float, n_gen: int) -> tuple[l
     return depths, note, True
 
 
-def check_reserve(reserve: int, first: Sample) -> None:
+def check_reserve(reserve: int, sample: Sample) -> None:
     """A reserve no memory tier here can hold leaves every projection at 0 tokens: said before
-    anything runs."""
-    rooms = {"RAM available": first.ram_room_bytes,
-             **{f"GPU{i} VRAM": g.vram_total_bytes for i, g in enumerate(first.gpus) if g.vram_total_bytes}}
+    anything runs. (Which tier the cache lands on is known only once it is allocated, so a reserve
+    that only the larger tier holds gets through.)"""
+    rooms = {"RAM available": sample.ram_room_bytes,
+             **{f"GPU{i} VRAM": g.vram_total_bytes for i, g in enumerate(sample.gpus) if g.vram_total_bytes}}
     name, largest = max(rooms.items(), key=lambda item: item[1])
     if reserve >= largest:
-        raise BadInput(f"--reserve {fmt_bytes(reserve)} leaves nothing to project against: the largest memory "
-                       f"tier here, {name}, holds {fmt_bytes(largest)}; pass a smaller --reserve")
+        raise BadInput(f"--reserve {fmt_bytes(reserve)} is more than any memory tier here holds (the largest: "
+                       f"{fmt_bytes(largest)} of {name}): pass a smaller --reserve")
+
+
+def _tiers_now() -> Sample:
+    """One reading of the tiers, without the PCIe windows a live sampler waits for."""
+    sampler = Sampler(pid=None, nvidia=NvidiaProbe(pcie=False))
+    try:
+        return sampler.sample()
+    finally:
+        sampler.close()
 
 
 class TriangulateJob:
@@ -193,12 +204,12 @@ class TriangulateJob:
         if self.base.prompt_file:
             check_rereadable(self.base.prompt_file)
         if self.reserve is not None:
-            check_reserve(self.reserve, Sampler(pid=None).sample())
+            check_reserve(self.reserve, _tiers_now())
 
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
         self.check()
         model = self.model = read_model_info(self.base.model_path)
-        first = Sampler(pid=None).sample()
+        first = _tiers_now()
         note = ""
         if self.requested_depths is None and self.fill_choice != "synthetic":
             self.depths, note = self._plan_depths(model, publish, cancel, on_worker)
