@@ -105,13 +105,18 @@ def test_job_feeds_the_pipeline_tok_s_and_quits_at_once(server):
     assert job.title == f"llama-server {s.url}"
 
 
-def test_job_from_a_triangulation_holds_the_slots_against_its_largest_context(server):
-    from pathlib import Path
-
+def _measured_smollm2():
     from cliff_tui.cli import _measured_capacity
 
-    recorded = Path(__file__).parents[1] / "data" / "smollm2_triangulation.jsonl"
-    measured = _measured_capacity(str(recorded))
+    return _measured_capacity(str(ROOT / "tests" / "data" / "smollm2_triangulation.jsonl"))
+
+
+def _props(model_path: str) -> Route:
+    return Route.text(json.dumps({"total_slots": 1, "model_path": model_path}), content_type="application/json")
+
+
+def test_job_from_a_triangulation_holds_the_slots_against_its_largest_context(server):
+    measured = _measured_smollm2()
     s = server(llama, BUSY)
     job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=measured)
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 2)
@@ -122,6 +127,34 @@ def test_job_from_a_triangulation_holds_the_slots_against_its_largest_context(se
     assert gauge is not None and gauge.source == "measured"
     assert gauge.max_context == measured.max_context == 852_992  # the recorded projection's
     assert gauge.tokens == max(slot.tokens_used for slot in pipeline.session.slots if slot.tokens_used is not None)
+
+
+def test_job_warns_once_when_the_server_serves_another_file_than_the_one_measured(server):
+    measured = _measured_smollm2()
+    s = server(llama, BUSY, props=Route.file("llama_props.json"))  # its model_path ends -Q4_1.gguf
+    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=measured)
+    events, _ = run_job(job, lambda ev: len(readings(ev)) >= 4)
+    warnings = [e for e in events if isinstance(e, Notice) and e.level == "warning"]
+    assert [w.text for w in warnings] == [
+        f"the triangulation measured SmolLM2-135M-Instruct.Q4_1.gguf and {s.url} serves "
+        "SmolLM2-135M-Instruct-Q4_1.gguf: unless they are the same model and quantisation, the gauge holds its "
+        "slots against another model's largest context"]
+
+
+def test_job_checks_the_served_file_again_when_the_server_is_back(server):
+    loading = Route.file("llama_loading.json", status=503)  # a restart: maybe with another model
+    s = server(llama, [BUSY[0], loading, *BUSY], props=Route.file("llama_props.json"))
+    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=_measured_smollm2())
+    events, _ = run_job(job, lambda ev: sum(r.status == "ok" for r in readings(ev)) >= 3)
+    assert [r.status for r in readings(events)][:3] == ["ok", "error", "ok"]
+    assert sum(isinstance(e, Notice) and e.level == "warning" for e in events) == 2
+
+
+def test_job_says_nothing_when_the_server_serves_the_file_measured(server):
+    s = server(llama, BUSY, props=_props("/srv/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=_measured_smollm2())
+    events, _ = run_job(job, lambda ev: len(readings(ev)) >= 3)
+    assert not [e for e in events if isinstance(e, Notice) and e.level == "warning"]
 
 
 def test_job_shows_live_tok_s_while_a_request_runs(server):

@@ -20,7 +20,9 @@ from cliff_tui.jobs.attach import AttachJob, LiveDecodeMeter, endpoint_record
 from cliff_tui.probes.endpoints import http as ep
 from cliff_tui.probes.endpoints.discovery import discover
 from cliff_tui.probes.endpoints.http import BadUrl, describe_network_error, normalise_url
-from cliff_tui.probes.endpoints.llama_server import SlotProgress, SlotsRead, probe_llama_server, read_llama_server
+from cliff_tui.probes.endpoints.llama_server import (
+    SlotProgress, SlotsRead, probe_llama_server, read_llama_server, read_model_file,
+)
 from cliff_tui.probes.endpoints.ollama import read_ollama
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
 from fakes.http_server import Route, closed_port
@@ -100,6 +102,24 @@ def test_network_errors_read_as_one_line():
 
 
 # --- llama-server -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("props, name", [
+    (Route.file("llama_props.json"), "SmolLM2-135M-Instruct-Q4_1.gguf"),
+    (Route.text(json.dumps({"model_path": "C:\\models\\q.gguf"}), content_type="application/json"), "q.gguf"),
+    (Route.text(json.dumps({"model_path": "/m/\u001b]0;owned\u0007x.gguf"}), content_type="application/json"),
+     "␛]0;owned␇x.gguf"),  # shown, never run
+    (Route.text(json.dumps({"model_path": ""}), content_type="application/json"), None),
+    (Route.text("not json"), None),
+    (Route.file("llama_props.json", status=500), None),
+])
+def test_the_served_model_file_is_read_from_props(server, props, name):
+    s = server(llama, Route.file("llama_metrics_idle.txt"), props=props)
+    assert read_model_file(s.url, timeout=1) == name
+
+
+def test_a_server_without_props_names_no_model(server):
+    assert read_model_file(server(llama, Route.file("llama_metrics_idle.txt")).url, timeout=1) is None
 
 
 def test_llama_server_busy_reads_counters_and_slots(server):

@@ -22,7 +22,7 @@ from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, Noti
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.probes.endpoints.discovery import DEFAULT_URLS, READERS, describe_discovery, discover, is_found
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
-from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, probe_llama_server
+from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, probe_llama_server, read_model_file
 from cliff_tui.probes.endpoints.ollama import OLLAMA
 from cliff_tui.report import sample_record
 
@@ -109,6 +109,7 @@ class Poller:
         self.due = 0.0
         self.last: SessionReading | None = None
         self.live: list[LiveRate] = []
+        self.model_checked = False  # the served model held against a measured one, since it last answered
         self._meter = LiveDecodeMeter()
         self._counters = SessionRateMeter()
         self._live_since_move = False
@@ -208,7 +209,25 @@ class AttachJob:
             publish(reading)
             for window in poller.windows(reading):
                 publish(window)
+            if self.measured is not None and poller.endpoint.source == LLAMA_SERVER:
+                self._check_served_model(poller, reading, self.measured, publish)
         return polled
+
+    def _check_served_model(self, poller: Poller, reading: SessionReading, measured: MeasuredCapacity,
+                            publish: Publish) -> None:
+        """Once each time the server answers again (it may have restarted with another model): the
+        GGUF it serves against the one the triangulation measured."""
+        if not healthy(reading):
+            poller.model_checked = False
+            return
+        if poller.model_checked:
+            return
+        poller.model_checked = True
+        served = read_model_file(poller.endpoint.url, self.timeout)
+        if served is not None and served != measured.model:
+            publish(Notice(reading.t, f"the triangulation measured {measured.model} and {reading.url} serves "
+                                      f"{served}: unless they are the same model and quantisation, the gauge holds "
+                                      "its slots against another model's largest context", level="warning"))
 
     def _announce_search(self, pollers: list[Poller], publish: Publish) -> bool:
         """After the first look at every default port: say what was found (True once said)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from cliff_tui.events import SessionReading, SlotReading
@@ -27,6 +28,7 @@ from cliff_tui.probes.endpoints.http import (
 )
 from cliff_tui.probes.endpoints.ollama import is_ollama
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
+from cliff_tui.text import inert
 
 LLAMA_SERVER = "llama-server"
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -104,6 +106,17 @@ def _metrics_refused(t: float, base: str, reply: Reply, timeout: float, get: Get
                            read_slots(base, timeout, get=get))
     return LlamaServerRead(server_reading(t, LLAMA_SERVER, base, "not-llama",
                                     _not_llama_message(base, reply, timeout, get)))
+
+
+def read_model_file(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> str | None:
+    """The file name of the GGUF the server loaded (``model_path`` in /props); None where it
+    does not say."""
+    reply = get(normalise_url(url) + "/props", timeout)
+    body = reply.json() if reply.status == 200 else None
+    path = body.get("model_path") if isinstance(body, dict) else None
+    if not isinstance(path, str) or not path.strip():
+        return None
+    return inert(PurePosixPath(path.replace("\\", "/")).name)
 
 
 def _no_metrics(t: float, base: str, message: str, read: SlotsRead) -> LlamaServerRead:
