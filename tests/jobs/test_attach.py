@@ -439,6 +439,14 @@ def real_llama_server(tmp_path_factory):
 
 
 @pytest.mark.model
+def test_real_llama_server_names_the_file_it_serves(real_llama_server):
+    from cliff_tui.engine.default_model import default_model_path
+    from cliff_tui.probes.endpoints.llama_server import read_model_file
+
+    assert read_model_file(real_llama_server, timeout=5) == default_model_path().name
+
+
+@pytest.mark.model
 def test_real_llama_server_after_one_chat_request(real_llama_server):
     url = real_llama_server
     reply = post_json(url + "/v1/chat/completions", {
