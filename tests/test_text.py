@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import unicodedata
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cliff_tui.text import LINE_LIMIT, cut, inert, inert_tree, is_inert
+from cliff_tui.text import LINE_LIMIT, cut, file_name, inert, inert_tree, is_inert
 from hostile import HOSTILE, hostile_text
 
 RUNS = {"Cc", "Cf", "Cs", "Cn", "Zl", "Zp"}
@@ -94,3 +95,11 @@ def test_nothing_runnable_survives(text, multiline):
     assert "\x1b" not in shown and len(shown) <= max(len(text), LINE_LIMIT)
     if text.isprintable():
         assert shown == text[:LINE_LIMIT] or len(text) > LINE_LIMIT
+
+
+@pytest.mark.parametrize("path, name", [
+    ("/models/q.gguf", "q.gguf"), ("C:\\models\\q.gguf", "q.gguf"), ("q.gguf", "q.gguf"),
+    ("/models/dir/", "dir"), ("/", ""), ("", ""),
+])
+def test_a_file_name_is_the_last_part_of_a_path_from_any_platform(path, name):
+    assert file_name(path) == name

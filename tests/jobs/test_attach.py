@@ -7,6 +7,7 @@ scripts/build_llama_tools.sh leaves in .tools/llama-server/bin).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cliff_tui.errors import BadInput
-from cliff_tui.events import DecodeWindow, Notice, SessionReading
+from cliff_tui.events import UNKNOWN_MODEL, DecodeWindow, Notice, SessionReading
 from cliff_tui.jobs.attach import NOTHING_GENERATED, AttachJob, Poller, attach_once, endpoint_record
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.probes.endpoints import http as ep
@@ -136,9 +137,18 @@ def test_job_warns_once_when_the_server_serves_another_file_than_the_one_measure
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 4)
     warnings = [e for e in events if isinstance(e, Notice) and e.level == "warning"]
     assert [w.text for w in warnings] == [
-        f"the triangulation measured SmolLM2-135M-Instruct.Q4_1.gguf and {s.url} serves "
-        "SmolLM2-135M-Instruct-Q4_1.gguf: unless they are the same model and quantisation, the gauge holds its "
-        "slots against another model's largest context"]
+        "llama-server serves SmolLM2-135M-Instruct-Q4_1.gguf, the triangulation measured "
+        "SmolLM2-135M-Instruct.Q4_1.gguf: unless they are the same model and quantisation, the gauge holds its "
+        "slots against another model's largest context (triangulate the served file to hold them against its own)"]
+    assert s.hits.count("/props") == 1
+
+
+def test_a_hostile_served_name_is_shown_inert(server):
+    s = server(llama, BUSY, props=_props("/m/\x1b]0;owned\x07x.gguf"))
+    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=_measured_smollm2())
+    events, _ = run_job(job, lambda ev: any(isinstance(e, Notice) and e.level == "warning" for e in ev))
+    warning = next(e for e in events if isinstance(e, Notice) and e.level == "warning")
+    assert warning.text.startswith("llama-server serves ␛]0;owned␇x.gguf, ") and "\x1b" not in warning.text
 
 
 def test_job_checks_the_served_file_again_when_the_server_is_back(server):
@@ -151,9 +161,19 @@ def test_job_checks_the_served_file_again_when_the_server_is_back(server):
 
 
 def test_job_says_nothing_when_the_server_serves_the_file_measured(server):
-    s = server(llama, BUSY, props=_props("/srv/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    s = server(llama, BUSY, props=_props("C:\\models\\smollm2-135m-instruct.q4_1.GGUF"))  # case-blind
     job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=_measured_smollm2())
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 3)
+    assert not [e for e in events if isinstance(e, Notice) and e.level == "warning"]
+    assert s.hits.count("/props") == 1
+
+
+@pytest.mark.parametrize("measured", [None, dataclasses.replace(_measured_smollm2(), model=UNKNOWN_MODEL)])
+def test_job_asks_no_props_without_a_measured_file(server, measured):
+    s = server(llama, BUSY, props=Route.file("llama_props.json"))
+    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=measured)
+    events, _ = run_job(job, lambda ev: len(readings(ev)) >= 3)
+    assert "/props" not in s.hits
     assert not [e for e in events if isinstance(e, Notice) and e.level == "warning"]
 
 

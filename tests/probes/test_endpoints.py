@@ -108,8 +108,11 @@ def test_network_errors_read_as_one_line():
     (Route.file("llama_props.json"), "SmolLM2-135M-Instruct-Q4_1.gguf"),
     (Route.text(json.dumps({"model_path": "C:\\models\\q.gguf"}), content_type="application/json"), "q.gguf"),
     (Route.text(json.dumps({"model_path": "/m/\u001b]0;owned\u0007x.gguf"}), content_type="application/json"),
-     "␛]0;owned␇x.gguf"),  # shown, never run
+     "\x1b]0;owned\x07x.gguf"),  # as written: compared raw, made inert where it is shown
     (Route.text(json.dumps({"model_path": ""}), content_type="application/json"), None),
+    (Route.text(json.dumps({"model_path": "/"}), content_type="application/json"), None),
+    (Route.text(json.dumps({"model_path": "none"}), content_type="application/json"), None),  # a router
+    (Route.text(json.dumps({"model_path": ["/m/x.gguf"]}), content_type="application/json"), None),
     (Route.text("not json"), None),
     (Route.file("llama_props.json", status=500), None),
 ])

@@ -509,10 +509,13 @@ class MeasuredCapacity:
     ``attach --from FILE``: what a server's slots are held against."""
 
     t: float
-    model: str  # the GGUF's file name
+    model: str  # the GGUF's file name, or UNKNOWN_MODEL
     kv_type: str
     tier: str
     max_context: int
+
+
+UNKNOWN_MODEL = "unknown"  # a triangulation's file that does not name its model
 
 
 Event = Union[

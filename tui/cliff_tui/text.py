@@ -78,3 +78,9 @@ def inert_tree(value: Any, limit: int = LINE_LIMIT) -> Any:
 def is_inert(text: str, *, multiline: bool = False) -> bool:
     """Whether ``text`` holds nothing :func:`inert` would change (for the tests and the checks)."""
     return all(ch.isprintable() or (multiline and ch == "\n") or _shown(ch) == ch for ch in text)
+
+
+def file_name(path: str) -> str:
+    """The last part of a path written with ``/`` or ``\\`` (a server or a recording may come from
+    another platform)."""
+    return path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]

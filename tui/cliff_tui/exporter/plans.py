@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from cliff_tui.errors import BadInput, read_bytes
+from cliff_tui.events import UNKNOWN_MODEL
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import parse_recording
 from cliff_tui.recording.schema import FORMAT
 from cliff_tui.report import triangulation_record
+from cliff_tui.text import file_name
 from cliff_tui.units import is_number
 
 _GPU_TIER = re.compile(r"GPU(\d+)")
@@ -130,8 +132,8 @@ def _model_file(record: dict[str, Any]) -> str:
     for key in ("model_path", "model"):
         value = run.get(key)
         if isinstance(value, str) and value.strip():
-            return Path(value.replace("\\", "/")).name
-    return "unknown"
+            return file_name(value)
+    return UNKNOWN_MODEL
 
 
 def _number(value: Any, field: str, name: str) -> float | None:

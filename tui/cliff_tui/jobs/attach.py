@@ -18,13 +18,16 @@ from typing import Any, Callable, Sequence
 from cliff_tui.analysis.server_rates import CounterMove, SessionRateMeter
 from cliff_tui.codec import to_plain
 from cliff_tui.errors import BadInput
-from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, Notice, SessionReading, SlotReading
+from cliff_tui.events import (
+    ATTACH_RUN_ID, UNKNOWN_MODEL, DecodeWindow, MeasuredCapacity, Notice, SessionReading, SlotReading,
+)
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.probes.endpoints.discovery import DEFAULT_URLS, READERS, describe_discovery, discover, is_found
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, probe_llama_server, read_model_file
 from cliff_tui.probes.endpoints.ollama import OLLAMA
 from cliff_tui.report import sample_record
+from cliff_tui.text import inert
 
 MAX_BACKOFF_S = 30.0
 SEARCH_BACKOFF_S = 10.0  # a server started after cliff-tui is found within this
@@ -109,7 +112,7 @@ class Poller:
         self.due = 0.0
         self.last: SessionReading | None = None
         self.live: list[LiveRate] = []
-        self.model_checked = False  # the served model held against a measured one, since it last answered
+        self.model_checked = False  # the served model held against a measured one since the server came back
         self._meter = LiveDecodeMeter()
         self._counters = SessionRateMeter()
         self._live_since_move = False
@@ -215,19 +218,22 @@ class AttachJob:
 
     def _check_served_model(self, poller: Poller, reading: SessionReading, measured: MeasuredCapacity,
                             publish: Publish) -> None:
-        """Once each time the server answers again (it may have restarted with another model): the
-        GGUF it serves against the one the triangulation measured."""
+        """Once each time the server comes back (it may have restarted with another model): the
+        name of the GGUF it serves against the one the triangulation measured. A /props that does
+        not answer then is not asked again until the next time."""
         if not healthy(reading):
             poller.model_checked = False
             return
-        if poller.model_checked:
+        if poller.model_checked or measured.model == UNKNOWN_MODEL:
             return
         poller.model_checked = True
-        served = read_model_file(poller.endpoint.url, self.timeout)
-        if served is not None and served != measured.model:
-            publish(Notice(reading.t, f"the triangulation measured {measured.model} and {reading.url} serves "
-                                      f"{served}: unless they are the same model and quantisation, the gauge holds "
-                                      "its slots against another model's largest context", level="warning"))
+        served = read_model_file(poller.endpoint.url, min(self.timeout, DISCOVERY_TIMEOUT_S))
+        if served is not None and served.casefold() != measured.model.casefold():
+            publish(Notice(reading.t, f"llama-server serves {inert(served)}, the triangulation measured "
+                                      f"{inert(measured.model)}: unless they are the same model and quantisation, "
+                                      "the gauge holds its slots against another model's largest context "
+                                      "(triangulate the served file to hold them against its own)",
+                           level="warning"))
 
     def _announce_search(self, pollers: list[Poller], publish: Publish) -> bool:
         """After the first look at every default port: say what was found (True once said)."""

@@ -9,7 +9,8 @@
 - ``GET /slots`` (on by default, off with ``--no-slots``): a list of slots with ``id``, ``n_ctx`` and
   ``is_processing`` (older: ``state``, 0 = idle). Tokens held in the slot's cache: ``n_prompt_tokens``
   in current servers (prompt plus the tokens generated so far), ``n_past`` in some older ones.
-- ``GET /props``: ``default_generation_settings.n_ctx`` and ``total_slots``; used when /slots is off.
+- ``GET /props``: ``default_generation_settings.n_ctx`` and ``total_slots``, used when /slots is off;
+  ``model_path``, the GGUF it serves (``"none"`` from a server that routes to several).
 
 Network trouble never raises: it becomes a reading with a status and a one-line message.
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 from typing import Any
 
 from cliff_tui.events import SessionReading, SlotReading
@@ -28,7 +28,7 @@ from cliff_tui.probes.endpoints.http import (
 )
 from cliff_tui.probes.endpoints.ollama import is_ollama
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
-from cliff_tui.text import inert
+from cliff_tui.text import file_name
 
 LLAMA_SERVER = "llama-server"
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -109,14 +109,13 @@ def _metrics_refused(t: float, base: str, reply: Reply, timeout: float, get: Get
 
 
 def read_model_file(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> str | None:
-    """The file name of the GGUF the server loaded (``model_path`` in /props); None where it
-    does not say."""
+    """The file name of the GGUF the server loaded (``model_path`` in /props), as the server wrote
+    it (compare it, then make it :func:`inert` to show it); None where it does not name one."""
     reply = get(normalise_url(url) + "/props", timeout)
     body = reply.json() if reply.status == 200 else None
     path = body.get("model_path") if isinstance(body, dict) else None
-    if not isinstance(path, str) or not path.strip():
-        return None
-    return inert(PurePosixPath(path.replace("\\", "/")).name)
+    name = file_name(path) if isinstance(path, str) else ""
+    return None if name.strip() in ("", ".", "..") or name.lower() == "none" else name
 
 
 def _no_metrics(t: float, base: str, message: str, read: SlotsRead) -> LlamaServerRead:
