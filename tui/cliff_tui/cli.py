@@ -19,7 +19,7 @@ from cliff_tui.errors import BadInput, CliffError
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.formats import FORMATS
 from cliff_tui.text import inert
-from cliff_tui.units import C_INT_MAX, LLAMA_MAX_SEQ, fmt_bytes, parse_size, parse_tokens
+from cliff_tui.units import C_INT_MAX, LLAMA_MAX_SEQ, parse_size, parse_tokens
 
 SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit", "exporter", "serve")
 EXIT_BAD_INPUT = 2

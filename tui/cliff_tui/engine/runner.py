@@ -24,7 +24,7 @@ from cliff_tui.analysis.buffers import by_kind, gpu_index_of, kv_device
 from cliff_tui.analysis.cliff import cliff_verdict, memory_sign
 from cliff_tui.analysis.speed import classify_speed, steady, window_rate
 from cliff_tui.analysis.theory import kv_bytes_per_token, pad_n_ctx
-from cliff_tui.errors import BadInput, Cancelled, CliffError, DoesNotFit
+from cliff_tui.errors import Cancelled, CliffError, DoesNotFit
 from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfillable_reason
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.llama import Context, LoadedModel, supports_gpu_offload
