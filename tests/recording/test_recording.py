@@ -365,3 +365,20 @@ def test_export_table_is_refused_where_the_output_is_not_one_table(output, words
     for csv in (["-o", "csv"], []):  # --table alone means csv
         assert main(["export", recording, *csv, "--table", "runs"]) == 0
         assert capsys.readouterr().out.startswith("run_id,model,")
+
+
+def test_exported_runs_carry_the_cliff_verdict_as_run_writes_it(tmp_path):
+    from cliff_tui.recording.export import export
+    from cliff_tui.recording.writer import Recorder
+    from cliff_tui.report import dumps, run_record
+
+    path = tmp_path / "cliff.jsonl"
+    recorder = Recorder.create(path, command=["run"])
+    for event in demo.gpu_cliff_run():
+        recorder.write(event)
+    recorder.close()
+    result = next(e for e in demo.gpu_cliff_run() if isinstance(e, RunFinished)).result
+    exported = export(str(path), "csv", "runs")
+    header, row = exported.splitlines()[:2]
+    assert "cliff.level" in header.split(",") and f",{result.cliff.level}," in row
+    assert exported == dumps([run_record(result)], "csv")  # one way a run becomes a CSV row

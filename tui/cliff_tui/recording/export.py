@@ -13,7 +13,7 @@ from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import Recording, open_recording
 from cliff_tui.recording.redact import recording_lines, redact_recording
 from cliff_tui.report import (
-    RUN_COLUMNS, csv_table, failure_record, markdown_table, run_record, run_rows, sample_record,
+    RUN_COLUMNS, csv_table, dumps, failure_record, markdown_table, run_record, run_rows, sample_record,
     triangulation_markdown, triangulation_output,
 )
 from cliff_tui.text import inert
@@ -65,8 +65,8 @@ def sample_row(s: Sample) -> dict[str, Any]:
 
 def _csv(recording: Recording, pipeline: Pipeline, table: str) -> str:
     if table == "runs":
-        rows = [{k: v for k, v in run_record(r).items() if not isinstance(v, (list, dict))} for r in pipeline.results]
-    elif table == "alerts":
+        return dumps([run_record(r) for r in pipeline.results], "csv")  # as `run -o csv` writes them
+    if table == "alerts":
         rows = [{"t": a.t, "sign": a.sign, "level": a.level, "message": a.message} for a in pipeline.alerts]
     else:
         rows = [sample_row(s) for s in samples(recording)]
