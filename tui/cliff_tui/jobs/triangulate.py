@@ -151,7 +151,7 @@ def plan_depths(profile: PrefillProfile, budget_s: float, n_gen: int) -> tuple[l
     return depths, note, True
 
 
-def check_reserve(reserve: int, sample: Sample) -> None:
+def _check_reserve(reserve: int, sample: Sample) -> None:
     """A reserve no memory tier here can hold leaves every projection at 0 tokens: said before
     anything runs. (Which tier the cache lands on is known only once it is allocated, so a reserve
     that only the larger tier holds gets through.)"""
@@ -196,7 +196,8 @@ class TriangulateJob:
         shown = ",".join(f"{d:,}" for d in self.depths) if self.requested_depths else "adaptive"
         self.title = f"depths {shown}"
 
-    def check(self) -> None:
+    def check(self, tiers: Sample | None = None) -> None:
+        """``tiers``: a reading already taken, for the reserve (else one is taken here)."""
         for k, v in self.kv_types:
             resolve_settings(dataclasses.replace(self.base, depth=1, cache_type_k=k, cache_type_v=v))
         if self.requested_depths or self.fill_choice == "synthetic":  # else planned in run()
@@ -204,12 +205,12 @@ class TriangulateJob:
         if self.base.prompt_file:
             check_rereadable(self.base.prompt_file)
         if self.reserve is not None:
-            check_reserve(self.reserve, _tiers_now())
+            _check_reserve(self.reserve, tiers or _tiers_now())
 
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
-        self.check()
-        model = self.model = read_model_info(self.base.model_path)
         first = _tiers_now()
+        self.check(first)
+        model = self.model = read_model_info(self.base.model_path)
         note = ""
         if self.requested_depths is None and self.fill_choice != "synthetic":
             self.depths, note = self._plan_depths(model, publish, cancel, on_worker)
