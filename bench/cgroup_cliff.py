@@ -370,7 +370,7 @@ def main() -> int:
 
     try:
         cc.require_root()
-        cc.memory_cgroup_version()
+        cc.cgroup_version()
     except cc.Unavailable as exc:
         print(f"cannot run: {exc}", file=sys.stderr)
         return 2
@@ -396,7 +396,7 @@ def main() -> int:
                 for kind, found in (("curves", curves), ("runs", runs))}
         args.json_out.write_text(json.dumps(dump))
     print(f"\nleft behind: swaps {cc.active_swaps()}, cgroups "
-          f"{[p.name for p in Path(cc.find_mounts()[cc.memory_cgroup_version()].mount_point).glob(cc.PREFIX + '*')]}")
+          f"{[p.name for p in Path(cc.find_mounts()[cc.cgroup_version()].mount_point).glob(cc.PREFIX + '*')]}")
     return 0
 
 

@@ -10,7 +10,7 @@ next ``sandbox()`` — swap files and cgroups; a zram device has no name to find
 /dev/zramN`` and write N to /sys/class/zram-control/hot_remove by hand).
 
 Where it cannot work it raises :class:`Unavailable` with the reason (the fixture turns that into
-a skip): not root, no memory cgroup controller, swapon refused.
+a skip): not root, no memory (or cpu) cgroup controller, swapon refused.
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ def _release_zram(zram_id: int) -> None:
 class Cgroup:
     version: Literal[1, 2]
     directory: Path
-    limit_bytes: int
+    limit_bytes: int  # its memory limit; 0 for a cgroup of the CPU controller
     children: list[subprocess.Popen] = field(default_factory=list)  # started by popen: reaped on removal
 
     @property
@@ -287,26 +287,51 @@ class Cgroup:
         return None
 
 
-def memory_cgroup_version() -> Literal[1, 2]:
-    """2 where the v2 hierarchy has its memory controller enabled for children, else 1 where a
-    v1 memory hierarchy is mounted; Unavailable otherwise."""
-    mounts = find_mounts()
+def cgroup_version(controller: str = "memory") -> Literal[1, 2]:
+    """2 where the v2 hierarchy has ``controller`` enabled for children, else 1 where a v1
+    hierarchy of it is mounted; Unavailable otherwise."""
+    mounts = find_mounts(controller=controller)
     if 2 in mounts:
         control = Path(mounts[2].mount_point, "cgroup.subtree_control")
-        if control.exists() and "memory" in control.read_text().split():
+        if control.exists() and controller in control.read_text().split():
             return 2
     if 1 in mounts:
         return 1
-    raise Unavailable("no memory cgroup controller: no v1 memory hierarchy, and cgroup v2's "
-                      "cgroup.subtree_control does not enable memory")
+    raise Unavailable(f"no {controller} cgroup controller: no v1 {controller} hierarchy, and cgroup v2's "
+                      f"cgroup.subtree_control does not enable {controller}")
 
 
 @contextmanager
 def cgroup(limit_bytes: int, swap_limit_bytes: int | None = None, swappiness: int | None = None) -> Iterator[Cgroup]:
     """A memory cgroup limited to ``limit_bytes`` of RAM; swap allowed up to ``swap_limit_bytes``
     (None: unlimited). ``swappiness`` (v1 only) sets memory.swappiness for it."""
-    version = memory_cgroup_version()
-    top = Path(find_mounts()[version].mount_point)
+    with _new_cgroup("memory", limit_bytes) as made:
+        _limit(made, swap_limit_bytes, swappiness)
+        yield made
+
+
+@contextmanager
+def cpu_cgroup(quota_us: int, period_us: int = 100_000) -> Iterator[Cgroup]:
+    """A cgroup of the CPU controller whose processes may use ``quota_us`` of CPU time in each
+    ``period_us`` (what Docker's ``--cpus`` sets)."""
+    with _new_cgroup("cpu", 0) as made:
+        try:
+            if made.version == 2:
+                (made.directory / "cpu.max").write_text(f"{quota_us} {period_us}")
+            else:
+                (made.directory / "cpu.cfs_period_us").write_text(str(period_us))
+                (made.directory / "cpu.cfs_quota_us").write_text(str(quota_us))
+        except OSError as exc:
+            raise Unavailable(f"cannot set the CPU quota of {made.directory}: {exc.strerror or exc}") from None
+        yield made
+
+
+@contextmanager
+def _new_cgroup(controller: str, limit_bytes: int) -> Iterator[Cgroup]:
+    """An empty cgroup at the top of ``controller``'s hierarchy, removed (its processes killed)
+    on exit, also at exit or on SIGTERM if the test dies first."""
+    version = cgroup_version(controller)
+    top = Path(find_mounts(controller=controller)[version].mount_point)
     _remove_stale_cgroups(top)
     made = Cgroup(version, top / _name(), limit_bytes)
     try:
@@ -315,7 +340,6 @@ def cgroup(limit_bytes: int, swap_limit_bytes: int | None = None, swappiness: in
         raise Unavailable(f"cannot create a cgroup in {top}: {exc.strerror or exc}") from None
     key = _register(lambda: _remove_cgroup(made))
     try:
-        _limit(made, swap_limit_bytes, swappiness)
         yield made
     finally:
         _run(key)
@@ -415,7 +439,7 @@ def sandbox(limit_bytes: int, swap_bytes: int = 1024 * MiB, swap_kind: SwapKind 
     """Swap of ``swap_bytes`` and a cgroup limited to ``limit_bytes`` of RAM, both undone after."""
     require_root()
     remove_stale_swaps()
-    version = memory_cgroup_version()  # fail before making swap
+    version = cgroup_version()  # fail before making swap
     with swap(swap_bytes, swap_kind) as made_swap, cgroup(limit_bytes, swappiness=swappiness) as made:
         assert made.version == version
         yield Sandbox(made, made_swap)

@@ -1,6 +1,7 @@
 """The ``memory_sandbox`` fixture: swap and a memory cgroup as root (tests/cgroup_cliff.py), skipped
 with the reason where the machine cannot host them, undone at teardown; ``child_in_cgroup``: a
-child process holding memory inside a cgroup of its own."""
+child process holding memory inside a cgroup of its own; ``quota_cgroup``: a cgroup held to a CPU
+quota."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from contextlib import ExitStack, contextmanager
 
 import pytest
 
-from cgroup_cliff import Cgroup, MiB, Sandbox, SwapKind, Unavailable, cgroup, require_root, sandbox
+from cgroup_cliff import Cgroup, MiB, Sandbox, SwapKind, Unavailable, cgroup, cpu_cgroup, require_root, sandbox
 
 MakeSandbox = Callable[..., Sandbox]
 
@@ -44,3 +45,16 @@ def child_in_cgroup(limit_bytes: int, hold_bytes: int) -> Iterator[tuple[Cgroup,
         child = made.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline().strip() == "ready"
         yield made, child
+
+
+@contextmanager
+def quota_cgroup(quota_us: int, period_us: int = 100_000) -> Iterator[Cgroup]:
+    """As root: a cgroup whose processes may use ``quota_us`` of CPU time each ``period_us``
+    (skipped where none can be made); its processes killed and the cgroup removed on exit."""
+    with ExitStack() as stack:
+        try:
+            require_root()
+            made = stack.enter_context(cpu_cgroup(quota_us, period_us))
+        except Unavailable as exc:
+            pytest.skip(str(exc))
+        yield made

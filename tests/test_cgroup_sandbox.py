@@ -18,7 +18,7 @@ TESTS = Path(__file__).parent
 def root_with_memory_cgroups() -> None:
     try:
         cc.require_root()
-        cc.memory_cgroup_version()
+        cc.cgroup_version()
     except cc.Unavailable as exc:
         pytest.skip(str(exc))
 

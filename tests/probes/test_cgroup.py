@@ -5,12 +5,13 @@ bind-mounted subtree)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from cliff_tui.probes.cgroup import (
-    CgroupMount, cgroup_directory, cgroup_paths, find_mounts, read_cgroup_memory,
+    CgroupMount, CpuQuota, cgroup_directory, cgroup_paths, find_mounts, read_cgroup_memory, read_cpu_quota,
 )
 
 MiB = 1024 * 1024
@@ -209,5 +210,75 @@ def test_real_cgroup_limit_and_usage_of_a_child():
         assert (r.limit_bytes, r.limited_by) == (96 * MiB, "/" + made.name)
         assert r.usage_bytes >= 40 * MiB and r.anon_bytes >= 40 * MiB
         assert r.swap_bytes is not None or "swap_bytes" in r.reasons
+    assert not made.directory.exists()
+    assert child.poll() is not None
+
+
+# --- CPU quota ----------------------------------------------------------------------------------
+
+
+def v1_cpu_host(tmp_path: Path, cgroup: str, root: str = "/") -> tuple[str, str]:
+    mountinfo = (f"32 31 0:29 {root} {tmp_path}/cpu rw - cgroup cgroup rw,cpu,cpuacct\n"
+                 f"33 31 0:30 / {tmp_path}/cpuset rw - cgroup cgroup rw,cpuset\n"
+                 f"35 31 0:32 / {tmp_path}/mem rw,relatime - cgroup cgroup rw,memory\n" + v2_mount(tmp_path))
+    return host(tmp_path, mountinfo, f"5:cpuset:/other\n4:memory:/other\n2:cpu,cpuacct:{cgroup}\n0::/\n")
+
+
+def v1_quota(directory: Path, quota: int, period: int = 100_000) -> None:
+    write(directory / "cpu.cfs_quota_us", f"{quota}\n")
+    write(directory / "cpu.cfs_period_us", f"{period}\n")
+
+
+def test_v1_cpu_quota_is_the_smallest_on_the_path_up(tmp_path):
+    proc, mountinfo = v1_cpu_host(tmp_path, "/kubepods/pod1/c1")
+    v1_quota(tmp_path / "cpu", -1)
+    v1_quota(tmp_path / "cpu/kubepods", -1)
+    v1_quota(tmp_path / "cpu/kubepods/pod1", 150_000)
+    v1_quota(tmp_path / "cpu/kubepods/pod1/c1", 400_000, 100_000)
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota(1.5, "/kubepods/pod1")
+
+
+def test_v1_without_a_quota_is_none(tmp_path):
+    proc, mountinfo = v1_cpu_host(tmp_path, "/jobs")
+    v1_quota(tmp_path / "cpu", -1)
+    v1_quota(tmp_path / "cpu/jobs", -1)
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) is None
+
+
+def test_a_container_s_quota_is_on_the_root_of_what_it_mounts(tmp_path):
+    proc, mountinfo = v1_cpu_host(tmp_path, "/docker/abc", root="/docker/abc")
+    v1_quota(tmp_path / "cpu", 50_000, 100_000)
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota(0.5, "/docker/abc")
+
+
+def test_v2_cpu_max(tmp_path):
+    proc, mountinfo = host(tmp_path, v2_mount(tmp_path), "0::/system.slice/llama.service\n")
+    write(tmp_path / "cg/system.slice/cpu.max", "max 100000\n")
+    write(tmp_path / "cg/system.slice/llama.service/cpu.max", "300000 100000\n")
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota(3.0, "/system.slice/llama.service")
+    write(tmp_path / "cg/system.slice/llama.service/cpu.max", "max 100000\n")
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) is None
+
+
+@pytest.mark.parametrize("text", ["garbage\n", "", "0 100000\n", "50000 0\n", "50000\n"])
+def test_an_unreadable_quota_is_no_quota(tmp_path, text):
+    proc, mountinfo = host(tmp_path, v2_mount(tmp_path), "0::/a\n")
+    write(tmp_path / "cg/a/cpu.max", text)
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) is None
+
+
+def test_no_cgroup_file_is_no_quota(tmp_path):
+    (tmp_path / "proc").mkdir()
+    write(tmp_path / "mountinfo", v2_mount(tmp_path))
+    assert read_cpu_quota(PID, proc=str(tmp_path / "proc"), mountinfo=str(tmp_path / "mountinfo")) is None
+
+
+def test_real_cpu_quota_of_a_child():
+    from conftest_cgroup import quota_cgroup
+
+    with quota_cgroup(50_000, 100_000) as made:
+        child = made.popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        assert read_cpu_quota(child.pid) == CpuQuota(0.5, "/" + made.name)
+        assert read_cpu_quota() != read_cpu_quota(child.pid)
     assert not made.directory.exists()
     assert child.poll() is not None

@@ -68,14 +68,12 @@ def _positive_int(text: str) -> int:
 def _threads(text: str) -> int:
     """llama.cpp's -t, up to the CPUs this process may run on: its threads spin-wait, so one more
     than there are CPUs slows every token and the timings measure the crowding."""
-    from cliff_tui.engine.settings import usable_cpus
+    from cliff_tui.engine.settings import cpu_share
 
     threads = _positive_int(text)
-    cpus = usable_cpus()
-    if threads > cpus:
-        raise argparse.ArgumentTypeError(f"{threads:,} threads on {cpus:,} CPU{'s' if cpus > 1 else ''} (what this "
-                                         f"process may use) would wait for each other and slow every token: "
-                                         f"use at most {cpus:,}")
+    problem = cpu_share().too_many(threads)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return threads
 
 
@@ -151,7 +149,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                    help="V cache type (a quantised V needs flash attention)")
     g.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
     g.add_argument("-t", "--threads", type=_threads, metavar="N",
-                   help="CPU threads, at most the CPUs this process may use (default: llama.cpp's)")
+                   help="CPU threads, at most the CPUs this process may use (default: the physical cores it may "
+                        "keep busy)")
     g.add_argument("-b", "--batch-size", type=_positive_int, default=2048, metavar="N")
     g.add_argument("-ub", "--ubatch-size", type=_positive_int, default=512, metavar="N")
     g.add_argument("--prompt-file", metavar="FILE", help="prefill from this document instead of built-in text")

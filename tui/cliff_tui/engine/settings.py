@@ -1,16 +1,19 @@
 """The settings of a run, checked before anything loads (cache types, flash attention, the
-context against the depth), and the threads it takes by default."""
+context against the depth), and the threads it may take: by default, and at most."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+from dataclasses import dataclass
 
 import psutil
 
 from cliff_tui.analysis.ggml_types import CACHE_TYPE_BYTES, QUANTISED
 from cliff_tui.errors import BadInput
 from cliff_tui.events import RunSettings
+from cliff_tui.probes.cgroup import CpuQuota, read_cpu_quota
 
 
 def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
@@ -37,16 +40,58 @@ def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
     return settings, notes
 
 
-def usable_cpus() -> int:
-    """The logical CPUs this process may run on (its affinity: a container's or taskset's share)."""
+@dataclass(frozen=True)
+class CpuShare:
+    """What this process may run on: the logical CPUs of its affinity (a container's or taskset's
+    share) and the CPU time its cgroup's quota allows (Docker ``--cpus``, a Kubernetes limit)."""
+
+    affinity: int
+    quota: CpuQuota | None
+
+    @property
+    def usable(self) -> int:
+        """Threads that can all run at once: a quota of 1.5 CPUs lets two."""
+        if self.quota is None:
+            return self.affinity
+        return max(1, min(self.affinity, math.ceil(self.quota.cpus)))
+
+    @property
+    def whole(self) -> int:
+        """Threads that run without being throttled: a quota of 1.5 CPUs keeps one busy."""
+        if self.quota is None:
+            return self.affinity
+        return max(1, min(self.affinity, math.floor(self.quota.cpus)))
+
+    def too_many(self, threads: int) -> str | None:
+        """Why ``threads`` of llama.cpp's would slow every token here; None where they would not."""
+        if threads <= self.usable:
+            return None
+        at_most = f"use at most {self.usable:,}"
+        if self.usable < self.affinity and self.quota is not None:
+            cpus = f"{self.quota.cpus:.3g} CPU{'' if self.quota.cpus == 1 else 's'}"
+            return (f"{threads:,} threads where cgroup {self.quota.set_on} allows {cpus} of time would be "
+                    f"throttled and slow every token: {at_most}")
+        cpus = f"{self.affinity:,} CPU{'s' if self.affinity > 1 else ''}"
+        return (f"{threads:,} threads on {cpus} (what this process may use) would wait for each other "
+                f"and slow every token: {at_most}")
+
+
+def cpu_share() -> CpuShare:
     try:
-        return len(os.sched_getaffinity(0))
+        affinity = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        affinity = os.cpu_count() or 1
+    return CpuShare(affinity, read_cpu_quota())
+
+
+def usable_cpus() -> int:
+    """Threads this process can run at once (:attr:`CpuShare.usable`)."""
+    return cpu_share().usable
 
 
 def default_threads() -> int:
-    """Physical cores this process may use: llama.cpp's own default (4) oversubscribes small
-    machines, which halves decode speed and doubles its noise."""
-    allowed = usable_cpus()
-    return max(1, min(allowed, psutil.cpu_count(logical=False) or allowed))
+    """Physical cores this process may keep busy: llama.cpp's own default (4) oversubscribes
+    small machines, which halves decode speed and doubles its noise, and a thread past a CPU
+    quota is throttled."""
+    share = cpu_share()
+    return max(1, min(share.whole, psutil.cpu_count(logical=False) or share.whole))

@@ -1,4 +1,5 @@
-"""Memory limit, usage and swap of the cgroup a process is in (Linux, cgroup v1 and v2).
+"""Memory limit, usage and swap of the cgroup a process is in, and its CPU quota (Linux, cgroup
+v1 and v2).
 
 Docker ``--memory``, Kubernetes limits and systemd slices cap a process far below the host's RAM,
 and /proc/meminfo still shows the host. The cgroup is found through /proc/PID/cgroup, its
@@ -10,11 +11,16 @@ subtree), and read from there:
   path up (memory.stat's ``hierarchical_memory_limit``);
 - v2 (the unified hierarchy, when its memory controller is enabled): memory.max, memory.current,
   memory.swap.current, memory.swap.max and memory.stat; the smallest memory.max along the path up.
+
+Docker ``--cpus`` and Kubernetes CPU limits give a process a quota of CPU time (v1
+cpu.cfs_quota_us / cpu.cfs_period_us, v2 cpu.max), not fewer CPUs: its affinity still names every
+core, and threads past the quota are throttled.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -50,11 +56,19 @@ class CgroupMemory:
     reasons: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CpuQuota:
+    """CPU time a cgroup may use: ``cpus`` CPUs' worth in each period, set on cgroup ``set_on``."""
+
+    cpus: float
+    set_on: str
+
+
 FIELDS = ("limit_bytes", "swap_limit_bytes", "usage_bytes", "swap_bytes", "anon_bytes", "file_bytes")
 
 
-def find_mounts(mountinfo: str = "/proc/self/mountinfo") -> dict[CgroupVersion, CgroupMount]:
-    """The v1 ``memory`` hierarchy and the v2 hierarchy, where mounted."""
+def find_mounts(mountinfo: str = "/proc/self/mountinfo", controller: str = "memory") -> dict[CgroupVersion, CgroupMount]:
+    """The v1 hierarchy of ``controller`` and the v2 hierarchy, where mounted."""
     mounts: dict[CgroupVersion, CgroupMount] = {}
     with open(mountinfo, encoding="utf-8") as f:
         for line in f:
@@ -65,7 +79,7 @@ def find_mounts(mountinfo: str = "/proc/self/mountinfo") -> dict[CgroupVersion, 
             root, point, fstype, options = _unescape(fields[3]), _unescape(fields[4]), tail[0], tail[2]
             if fstype == "cgroup2" and 2 not in mounts:
                 mounts[2] = CgroupMount(2, point, root)
-            elif fstype == "cgroup" and "memory" in options.split(",") and 1 not in mounts:
+            elif fstype == "cgroup" and controller in options.split(",") and 1 not in mounts:
                 mounts[1] = CgroupMount(1, point, root)
     return mounts
 
@@ -77,8 +91,8 @@ def _unescape(text: str) -> str:
     return text
 
 
-def cgroup_paths(pid: int, proc: str = "/proc") -> dict[CgroupVersion, str]:
-    """The process's path in the v1 ``memory`` hierarchy and in the v2 one."""
+def cgroup_paths(pid: int, proc: str = "/proc", controller: str = "memory") -> dict[CgroupVersion, str]:
+    """The process's path in the v1 hierarchy of ``controller`` and in the v2 one."""
     paths: dict[CgroupVersion, str] = {}
     with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as f:
         for line in f:
@@ -86,7 +100,7 @@ def cgroup_paths(pid: int, proc: str = "/proc") -> dict[CgroupVersion, str]:
             controllers, _, path = rest.partition(":")
             if hierarchy == "0" and controllers == "":
                 paths[2] = path
-            elif "memory" in controllers.split(","):
+            elif controller in controllers.split(","):
                 paths[1] = path
     return paths
 
@@ -98,6 +112,53 @@ def cgroup_directory(mount: CgroupMount, path: str) -> Path | None:
         return None
     relative = path[len(root):].strip("/")
     return Path(mount.mount_point, relative) if relative else Path(mount.mount_point)
+
+
+def read_cpu_quota(pid: int | None = None, *, proc: str = "/proc", mountinfo: str | None = None) -> CpuQuota | None:
+    """The smallest CPU quota from the cgroup of ``pid`` (default: this process) up, v1 where a
+    ``cpu`` hierarchy is mounted, else v2; None where none is set or none can be read."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        mounts = find_mounts(mountinfo or f"{proc}/self/mountinfo", "cpu")
+        paths = cgroup_paths(pid, proc, "cpu")
+    except OSError:
+        return None
+    version: CgroupVersion = 1 if 1 in mounts and 1 in paths else 2
+    if version not in mounts or version not in paths:
+        return None
+    directory = cgroup_directory(mounts[version], paths[version])
+    if directory is None:
+        return None
+    # the mount point too: a container's own cgroup is the root of what it mounts
+    up = _up(Path(mounts[version].mount_point), directory, paths[version], including_top=True)
+    found = [CpuQuota(cpus, path) for where, path in up if (cpus := _cpu_quota(version, where)) is not None]
+    return min(found, key=lambda quota: quota.cpus, default=None)
+
+
+def _cpu_quota(version: CgroupVersion, directory: Path) -> float | None:
+    """CPUs' worth of time per period set on this one cgroup; None: no quota, or unreadable."""
+    try:
+        if version == 1:
+            quota = int((directory / "cpu.cfs_quota_us").read_text(encoding="ascii"))
+            period = int((directory / "cpu.cfs_period_us").read_text(encoding="ascii"))
+        else:
+            text = (directory / "cpu.max").read_text(encoding="ascii").split()
+            if text[0] == "max":
+                return None
+            quota, period = int(text[0]), int(text[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _up(top: Path, directory: Path, path: str, including_top: bool = False) -> Iterator[tuple[Path, str]]:
+    """A cgroup's directory and path, then each of its parents', up to the mount point (the root
+    cgroup's own, unless ``including_top``)."""
+    while directory != top and top in directory.parents:
+        yield directory, path
+        directory, path = directory.parent, path.rsplit("/", 1)[0] or "/"
+    if including_top and directory == top:
+        yield directory, path
 
 
 def read_cgroup_memory(pid: int | None = None, *, proc: str = "/proc",
@@ -193,13 +254,11 @@ class _Reader:
         (the root cgroup has none) and the cgroup it is set on; None where none is set."""
         best: int | None = None
         best_path: str | None = None
-        directory, path = self.directory, self.path
-        while directory != self.mount_point and self.mount_point in directory.parents:
+        for directory, path in _up(self.mount_point, self.directory, self.path):
             # a parent's unreadable file is no reason: its own cgroup's is
             number = self.number(name, field_name if directory == self.directory else "_", directory)
             if number is not None and number < V1_UNLIMITED and (best is None or number < best):
                 best, best_path = number, path
-            directory, path = directory.parent, path.rsplit("/", 1)[0] or "/"
         self.reasons.pop("_", None)
         if best is None:
             self.reasons.setdefault(field_name, f"no {name} set on cgroup {self.path} or above it")

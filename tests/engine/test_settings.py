@@ -1,0 +1,53 @@
+"""The threads a run may take: what the affinity and a cgroup's CPU quota allow, by default and
+at most; a real quota as root."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cliff_tui.engine.settings import CpuShare, cpu_share
+from cliff_tui.probes.cgroup import CpuQuota
+
+
+@pytest.mark.parametrize("share, usable, whole", [
+    (CpuShare(8, None), 8, 8),
+    (CpuShare(8, CpuQuota(1.5, "/c")), 2, 1),
+    (CpuShare(8, CpuQuota(0.25, "/c")), 1, 1),
+    (CpuShare(8, CpuQuota(4.0, "/c")), 4, 4),
+    (CpuShare(2, CpuQuota(16.0, "/c")), 2, 2),  # a quota above the CPUs there are holds nothing back
+])
+def test_usable_and_whole(share, usable, whole):
+    assert (share.usable, share.whole) == (usable, whole)
+
+
+def test_too_many_threads_says_which_limit():
+    assert CpuShare(2, None).too_many(2) is None
+    assert CpuShare(2, None).too_many(3) == ("3 threads on 2 CPUs (what this process may use) would wait for each "
+                                             "other and slow every token: use at most 2")
+    assert CpuShare(1, None).too_many(2).startswith("2 threads on 1 CPU (what")
+    assert CpuShare(64, CpuQuota(4.0, "/kubepods/pod1")).too_many(8) == (
+        "8 threads where cgroup /kubepods/pod1 allows 4 CPUs of time would be throttled and slow every token: "
+        "use at most 4")
+    assert "allows 1 CPU of time" in CpuShare(4, CpuQuota(1.0, "/c")).too_many(2)
+    assert CpuShare(4, CpuQuota(1.5, "/c")).too_many(2) is None  # two threads share 1.5 CPUs of time
+    # a quota larger than the affinity: the affinity is the limit, and the words say so
+    assert CpuShare(2, CpuQuota(8.0, "/c")).too_many(3).startswith("3 threads on 2 CPUs (what")
+
+
+@pytest.mark.skipif(cpu_share().affinity < 2, reason="one CPU: -t 2 is refused for the affinity already")
+def test_a_real_quota_sets_the_default_and_the_limit():
+    from conftest_cgroup import quota_cgroup
+
+    code = ("from cliff_tui.engine.settings import cpu_share, default_threads; s = cpu_share(); "
+            "print(s.usable, s.whole, default_threads())")
+    with quota_cgroup(50_000) as made:
+        shown = made.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True).communicate(timeout=60)[0]
+        assert shown.split() == ["1", "1", "1"]
+        refused = made.popen([sys.executable, "-m", "cliff_tui", "run", "-t", "2"], stderr=subprocess.PIPE, text=True)
+        error = refused.communicate(timeout=60)[1]
+        assert refused.returncode == 2
+        assert (f"-t/--threads: 2 threads where cgroup /{made.name} allows 0.5 CPUs of time would be throttled "
+                "and slow every token: use at most 1") in error
