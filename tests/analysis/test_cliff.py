@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from cliff_tui.analysis.cliff import RunWatch, cliff_verdict
-from cliff_tui.events import DecodeWindow, ProcessReading, RamReading, Sample, SwapReading
+from cliff_tui.events import CpuQuota, DecodeWindow, ProcessReading, RamReading, Sample, SwapReading
 from cliff_tui.units import GiB, MiB
 
 
@@ -49,3 +51,47 @@ def test_one_window_reading_back_does_not_flip_the_state():
         watch.decoded(window(depth, 8 * per_token))
         watch.observe(sample(depth / 100, 120 * MiB), depth)
     assert cliff_verdict(watch.evidence(), None).level == "info"
+
+
+def with_cpu(s: Sample, busy: float, quota: CpuQuota | None = None) -> Sample:
+    """``s`` with every core's busy seconds at ``busy`` (the run itself used ``s.t``) and a CPU quota."""
+    return dataclasses.replace(s, cpu_busy_s=busy, cpu_quota=quota)
+
+
+def test_other_processes_busy_beside_the_run_are_its_cpu_cause():
+    watch = RunWatch(kv_on_gpu=False)
+    for t in range(11):
+        watch.observe(with_cpu(sample(t, 0), busy=1.9 * t), 512)  # the run 1 core, the rest 0.9
+    assert watch.cpu_cause == "other processes used 0.9 CPU cores while it decoded"
+    quiet = RunWatch(kv_on_gpu=False)
+    for t in range(11):
+        quiet.observe(with_cpu(sample(t, 0), busy=1.1 * t), 512)
+    assert quiet.cpu_cause is None
+
+
+def test_a_cgroup_quota_running_out_is_the_cpu_cause_before_the_load():
+    watch = RunWatch(kv_on_gpu=False)
+    for t in range(11):  # 10 periods a second, 3 of them throttled
+        quota = CpuQuota("/kubepods/pod1", 1.5, periods=100 + 10 * t, throttled_periods=7 + 3 * t)
+        watch.observe(with_cpu(sample(t, 0), busy=1.9 * t, quota=quota), 512)
+    assert watch.throttled_share == 0.3
+    assert watch.cpu_cause == ("its cgroup's CPU quota (1.5 CPUs, /kubepods/pod1) ran out in 30% of the periods "
+                               "while it decoded")
+
+
+def test_a_quota_seldom_out_or_too_new_to_read_is_no_cause():
+    seldom, new = RunWatch(kv_on_gpu=False), RunWatch(kv_on_gpu=False)
+    for t in range(11):
+        seldom.observe(with_cpu(sample(t, 0), 1.0 * t, CpuQuota("/c", 1.5, 10 * t, t // 2)), 512)
+        new.observe(with_cpu(sample(t, 0), 1.0 * t, CpuQuota("/c", 1.5, t, t)), 512)  # 10 periods, all out
+    assert seldom.throttled_share == 0.05 and seldom.cpu_cause is None
+    assert new.throttled_share is None and new.cpu_cause is None
+
+
+def test_periods_of_another_cgroup_or_one_made_again_are_not_counted():
+    watch = RunWatch(kv_on_gpu=False)
+    counts = [(1000, 0), (1010, 0), (5, 5), (15, 15)]  # made again under the same name: counting restarts
+    paths = ["/a", "/a", "/a", "/b"]
+    for t, ((periods, throttled), path) in enumerate(zip(counts, paths)):
+        watch.observe(with_cpu(sample(t, 0), 1.0 * t, CpuQuota(path, 1.0, periods, throttled)), 512)
+    assert watch.throttled_share is None  # 10 periods counted, none throttled: too few to read

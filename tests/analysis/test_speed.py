@@ -65,9 +65,10 @@ def test_the_same_fall_without_a_memory_sign_is_never_red():
     assert v.level == "info" and "no memory sign, load or throttling seen" in v.text
 
 
-def test_a_fall_with_other_processes_busy_is_amber_and_names_the_load():
-    v = _verdict(cliff_at_12k, load_cores=0.9)
+def test_a_fall_with_a_cause_on_the_cpu_is_amber_and_names_it():
+    v = _verdict(cliff_at_12k, cpu_cause="other processes used 0.9 CPU cores while it decoded")
     assert v.level == "amber" and v.cause == "other processes used 0.9 CPU cores while it decoded"
+    assert v.text.endswith(": other processes used 0.9 CPU cores while it decoded (no memory sign)")
 
 
 def test_modest_slowdown_with_thermal_reasons_is_amber_with_the_cause():

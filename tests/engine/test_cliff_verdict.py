@@ -1,8 +1,10 @@
-"""The one cliff verdict on real runs of the default model: quiet, beside a CPU hog, and the GPU
-trace's shape (the cgroup cliff, where memory really is paged out, is in test_cgroup_cliff.py)."""
+"""The one cliff verdict on real runs of the default model: quiet, beside a CPU hog, held to a CPU
+quota, and the GPU trace's shape (the cgroup cliff, where memory really is paged out, is in test_cgroup_cliff.py)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -13,7 +15,7 @@ import pytest
 from cliff_tui.events import Alert, RunFinished
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording import demo
-from cliff_tui.recording.export import replay_all
+from cliff_tui.recording.export import export, replay_all
 from cliff_tui.recording.reader import open_recording
 
 pytestmark = pytest.mark.model
@@ -68,6 +70,25 @@ def test_beside_a_cpu_hog_there_is_no_red_and_an_amber_names_the_load(cpu_hog, t
     if cliff["level"] == "amber":
         assert "other processes used" in cliff["text"] and "CPU cores" in cliff["text"]
     assert not [a for a in alarms(record) if a.level == "red"]
+
+
+def test_in_a_cgroup_held_to_half_a_cpu_the_quota_is_the_cause_named(tmp_path):
+    from conftest_cgroup import quota_cgroup
+
+    record = tmp_path / "quota.jsonl"
+    argv = [sys.executable, "-m", "cliff_tui", "run", "--headless", "--depth", "512", "--n-gen", "32", "-t", "1",
+            "-o", "json", "--record", str(record)]
+    with quota_cgroup(50_000) as made:
+        out, err = made.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True).communicate(timeout=300)
+    cause = f"its cgroup's CPU quota (0.5 CPUs, /{made.name}) ran out in"
+    cliff = json.loads(out)["cliff"]
+    assert cliff["level"] != "red", cliff["text"]
+    if cliff["level"] == "amber":  # a fall beyond the trend is put down to the quota, not to depth
+        assert cause in cliff["text"]
+    run = next(iter(replay_all(open_recording(record)).runs.values()))
+    assert run.watch.throttled_share > 0.5 and cause in run.watch.cpu_cause, err[-2000:]
+    rows = list(csv.DictReader(io.StringIO(export(str(record), "csv"))))
+    assert rows[-1]["cpu_quota_cpus"] == "0.5" and int(rows[-1]["cpu_throttled_periods"]) > 0
 
 
 def test_readme_first_command_headless_is_linear_with_no_live_alarm(tmp_path):

@@ -14,10 +14,10 @@ from cliff_tui.probes.cgroup import CpuQuota
 
 @pytest.mark.parametrize("share, usable, whole", [
     (CpuShare(8, None), 8, 8),
-    (CpuShare(8, CpuQuota(1.5, "/c")), 2, 1),
-    (CpuShare(8, CpuQuota(0.25, "/c")), 1, 1),
-    (CpuShare(8, CpuQuota(4.0, "/c")), 4, 4),
-    (CpuShare(2, CpuQuota(16.0, "/c")), 2, 2),  # a quota above the CPUs there are holds nothing back
+    (CpuShare(8, CpuQuota("/c", 1.5)), 2, 1),
+    (CpuShare(8, CpuQuota("/c", 0.25)), 1, 1),
+    (CpuShare(8, CpuQuota("/c", 4.0)), 4, 4),
+    (CpuShare(2, CpuQuota("/c", 16.0)), 2, 2),  # a quota above the CPUs there are holds nothing back
 ])
 def test_usable_and_whole(share, usable, whole):
     assert (share.usable, share.whole) == (usable, whole)
@@ -28,13 +28,13 @@ def test_too_many_threads_says_which_limit():
     assert CpuShare(2, None).too_many(3) == ("3 threads on 2 CPUs (what this process may use) would wait for each "
                                              "other and slow every token: use at most 2")
     assert CpuShare(1, None).too_many(2).startswith("2 threads on 1 CPU (what")
-    assert CpuShare(64, CpuQuota(4.0, "/kubepods/pod1")).too_many(8) == (
+    assert CpuShare(64, CpuQuota("/kubepods/pod1", 4.0)).too_many(8) == (
         "8 threads where cgroup /kubepods/pod1 allows 4 CPUs of time would be throttled and slow every token: "
         "use at most 4")
-    assert "allows 1 CPU of time" in CpuShare(4, CpuQuota(1.0, "/c")).too_many(2)
-    assert CpuShare(4, CpuQuota(1.5, "/c")).too_many(2) is None  # two threads share 1.5 CPUs of time
+    assert "allows 1 CPU of time" in CpuShare(4, CpuQuota("/c", 1.0)).too_many(2)
+    assert CpuShare(4, CpuQuota("/c", 1.5)).too_many(2) is None  # two threads share 1.5 CPUs of time
     # a quota larger than the affinity: the affinity is the limit, and the words say so
-    assert CpuShare(2, CpuQuota(8.0, "/c")).too_many(3).startswith("3 threads on 2 CPUs (what")
+    assert CpuShare(2, CpuQuota("/c", 8.0)).too_many(3).startswith("3 threads on 2 CPUs (what")
 
 
 @pytest.mark.skipif(cpu_share().affinity < 2, reason="one CPU: -t 2 is refused for the affinity already")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -235,7 +236,10 @@ def test_v1_cpu_quota_is_the_smallest_on_the_path_up(tmp_path):
     v1_quota(tmp_path / "cpu/kubepods", -1)
     v1_quota(tmp_path / "cpu/kubepods/pod1", 150_000)
     v1_quota(tmp_path / "cpu/kubepods/pod1/c1", 400_000, 100_000)
-    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota(1.5, "/kubepods/pod1")
+    write(tmp_path / "cpu/kubepods/pod1/cpu.stat", "nr_periods 120\nnr_throttled 30\nthrottled_time 4500000000\n")
+    write(tmp_path / "cpu/kubepods/pod1/c1/cpu.stat", "nr_periods 120\nnr_throttled 0\nthrottled_time 0\n")
+    # the periods are those of the cgroup whose quota applies: it is the one throttled
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota("/kubepods/pod1", 1.5, 120, 30)
 
 
 def test_v1_without_a_quota_is_none(tmp_path):
@@ -248,14 +252,18 @@ def test_v1_without_a_quota_is_none(tmp_path):
 def test_a_container_s_quota_is_on_the_root_of_what_it_mounts(tmp_path):
     proc, mountinfo = v1_cpu_host(tmp_path, "/docker/abc", root="/docker/abc")
     v1_quota(tmp_path / "cpu", 50_000, 100_000)
-    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota(0.5, "/docker/abc")
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota("/docker/abc", 0.5)
 
 
 def test_v2_cpu_max(tmp_path):
     proc, mountinfo = host(tmp_path, v2_mount(tmp_path), "0::/system.slice/llama.service\n")
     write(tmp_path / "cg/system.slice/cpu.max", "max 100000\n")
     write(tmp_path / "cg/system.slice/llama.service/cpu.max", "300000 100000\n")
-    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota(3.0, "/system.slice/llama.service")
+    write(tmp_path / "cg/system.slice/llama.service/cpu.stat",
+          "usage_usec 9000\nuser_usec 8000\nsystem_usec 1000\nnr_periods 7\nnr_throttled 2\nthrottled_usec 900\n")
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota("/system.slice/llama.service", 3.0, 7, 2)
+    write(tmp_path / "cg/system.slice/llama.service/cpu.stat", "nr_periods x\ngarbage\n")
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota("/system.slice/llama.service", 3.0)
     write(tmp_path / "cg/system.slice/llama.service/cpu.max", "max 100000\n")
     assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) is None
 
@@ -276,9 +284,16 @@ def test_no_cgroup_file_is_no_quota(tmp_path):
 def test_real_cpu_quota_of_a_child():
     from conftest_cgroup import quota_cgroup
 
+    from cliff_tui.probes.sampler import Sampler
+
+    spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
     with quota_cgroup(50_000, 100_000) as made:
-        child = made.popen([sys.executable, "-c", "import time; time.sleep(30)"])
-        assert read_cpu_quota(child.pid) == CpuQuota(0.5, "/" + made.name)
-        assert read_cpu_quota() != read_cpu_quota(child.pid)
+        child = made.popen([sys.executable, "-c", spin])
+        time.sleep(0.6)
+        quota = read_cpu_quota(child.pid)
+        assert (quota.path, quota.cpus) == ("/" + made.name, 0.5)
+        assert quota.periods >= 3 and quota.throttled_periods >= 2  # it spins: every period runs out
+        assert read_cpu_quota() != quota
+        assert Sampler(pid=child.pid).sample().cpu_quota.path == "/" + made.name  # as the run's samples carry it
     assert not made.directory.exists()
     assert child.poll() is not None

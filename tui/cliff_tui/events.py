@@ -117,6 +117,18 @@ class CgroupReading:
 
 
 @dataclass(frozen=True)
+class CpuQuota:
+    """The CPU time a process's cgroup may use (Docker ``--cpus``, a Kubernetes CPU limit): ``cpus``
+    CPUs' worth each period, set on cgroup ``path``; its periods so far, and those it ran out of
+    time in and was throttled (None where cpu.stat could not be read)."""
+
+    path: str
+    cpus: float
+    periods: int | None = None
+    throttled_periods: int | None = None
+
+
+@dataclass(frozen=True)
 class Sample:
     """One reading of every memory tier, bus and clock, taken at ``t`` (Unix seconds)."""
 
@@ -128,6 +140,7 @@ class Sample:
     process: ProcessReading | None = None
     cpu_busy_s: float | None = None  # CPU seconds every core has been busy since boot (all processes)
     cgroup: CgroupReading | None = None  # the followed process's (else this one's) memory limit
+    cpu_quota: CpuQuota | None = None  # the followed process's (else this one's) CPU quota, where one is set
 
     @property
     def ram_capacity_bytes(self) -> int:

@@ -85,7 +85,7 @@ class RunView:
             return None
         spilled = memory_sign(self.watch.evidence())
         return classify_speed(self.rate("baseline"), self.rate("depth"), self.started.settings.depth,
-                              self.points(), throttle, load_cores=self.watch.load_cores,
+                              self.points(), throttle, cpu_cause=self.watch.cpu_cause,
                               kv_on_gpu=self.watch.kv_on_gpu, memory_sign=spilled.text if spilled else None)
 
     def cliff(self, throttle: set[str]) -> CliffVerdict:
@@ -294,7 +294,7 @@ class Pipeline:
         self._watch.kv_on_gpu = self.kv_on_gpu
         spilled = memory_sign(self._watch.evidence())
         return classify_speed(1000.0 / points[0].ms_per_token, rate, recent[-1].depth, ref + recent, self._throttle,
-                              load_cores=self._watch.load_cores, kv_on_gpu=self.kv_on_gpu,
+                              cpu_cause=self._watch.cpu_cause, kv_on_gpu=self.kv_on_gpu,
                               memory_sign=spilled.text if spilled else None)
 
     def cliff_verdict(self) -> CliffVerdict:

@@ -2,7 +2,8 @@
 
 :class:`RunWatch` follows one run's samples: the memory signs with the depth each first fired at
 (swap or shared VRAM above its baseline, the model's RAM rising while its KV cache sits on a GPU,
-a tier full) and how much CPU other processes used meanwhile. :func:`cliff_verdict` weighs them
+a tier full) and what took CPU from it meanwhile (other processes, its cgroup's CPU quota running
+out). :func:`cliff_verdict` weighs them
 with sign 3: red needs a memory sign, and names its tier, amount and depth; decode falling
 beyond its trend without one is amber only with a measured cause, else information.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.events import CliffEvidence, CliffVerdict, DecodeWindow, Sample, SpeedVerdict
+from cliff_tui.events import CliffEvidence, CliffVerdict, CpuQuota, DecodeWindow, Sample, SpeedVerdict
 from cliff_tui.units import fmt_bytes
 
 
@@ -45,6 +46,9 @@ class RunWatch:
         self._last: Sample | None = None
         self._other_cpu_s = 0.0
         self._wall_s = 0.0
+        self._periods = 0
+        self._throttled_periods = 0
+        self._quota: CpuQuota | None = None
 
     def observe(self, sample: Sample, depth: int | None = None, generating: bool = True) -> None:
         if self._first is None:
@@ -56,6 +60,7 @@ class RunWatch:
             self._ram_sign(sample, depth)
             self._full_sign(sample, depth)
         self._load(sample)
+        self._throttling(sample)
         self._last = sample
 
     def decoded(self, window: DecodeWindow) -> None:
@@ -154,10 +159,41 @@ class RunWatch:
         self._other_cpu_s += max(0.0, s.cpu_busy_s - prev.cpu_busy_s - mine)
         self._wall_s += s.t - prev.t
 
+    def _throttling(self, s: Sample) -> None:
+        a, b = self._last.cpu_quota if self._last else None, s.cpu_quota
+        if a is None or b is None or a.path != b.path:
+            return
+        if None in (a.periods, b.periods, a.throttled_periods, b.throttled_periods) or b.periods < a.periods:
+            return  # unread, or a new cgroup of the same name
+        self._periods += b.periods - a.periods
+        self._throttled_periods += max(0, b.throttled_periods - a.throttled_periods)
+        self._quota = b
+
     @property
     def load_cores(self) -> float | None:
         """Cores other processes kept busy on average since the run began (None: not measured)."""
         return self._other_cpu_s / self._wall_s if self._wall_s > 0 else None
+
+    @property
+    def throttled_share(self) -> float | None:
+        """The share of its cgroup's CPU periods since the run began that ran out of quota (None:
+        no quota, or too few periods yet)."""
+        if self._periods < th.THROTTLED_MIN_PERIODS:
+            return None
+        return min(1.0, self._throttled_periods / self._periods)
+
+    @property
+    def cpu_cause(self) -> str | None:
+        """What took CPU from the run, where it was enough to slow a decode: its cgroup's quota
+        running out, else other processes."""
+        share, quota = self.throttled_share, self._quota
+        if share is not None and quota is not None and share >= th.THROTTLED_SHARE:
+            return (f"its cgroup's CPU quota ({quota.cpus:.3g} CPUs, {quota.path}) ran out in {share:.0%} of the "
+                    "periods while it decoded")
+        load = self.load_cores
+        if load is not None and load >= th.LOAD_CORES:
+            return f"other processes used {load:.1f} CPU cores while it decoded"
+        return None
 
     # --- the evidence ---------------------------------------------------------------------
 

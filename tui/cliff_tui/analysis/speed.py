@@ -150,7 +150,7 @@ def classify_speed(
     points: Sequence[DecodePoint],
     throttle_seen: Iterable[str] = (),
     *,
-    load_cores: float | None = None,
+    cpu_cause: str | None = None,
     kv_on_gpu: bool | None = None,
     memory_sign: str | None = None,
 ) -> SpeedVerdict:
@@ -158,7 +158,8 @@ def classify_speed(
 
     Beyond the trend, the level says what else was measured: red only with a memory sign
     (``memory_sign`` names it: the decode is its corroboration), amber with another measured cause
-    (clock throttling, other processes' CPU use), info with none (a CPU's caches, or noise)."""
+    (clock throttling; ``cpu_cause``: other processes' CPU use, a cgroup's quota running out), info
+    with none (a CPU's caches, or noise)."""
     raw_drop = _drop_pct(baseline_tok_s, depth_tok_s)
     if depth_tok_s is None or depth_tok_s <= 0:
         return SpeedVerdict("unknown", "no decode speed at depth yet", raw_drop, None, None)
@@ -175,7 +176,7 @@ def classify_speed(
         bus = " / PCIe" if kv_on_gpu else ""
         text = f"cliff: decode fell {where}, after {memory_sign} — the bottleneck moved to memory bandwidth{bus}"
         return SpeedVerdict("red", text, raw_drop, expected, vs_expected, knee, memory_sign)
-    cause = throttle_cause(throttle_seen) or _load_cause(load_cores)
+    cause = throttle_cause(throttle_seen) or cpu_cause
     if cause is not None:
         return SpeedVerdict("amber", f"decode fell {where}: {cause} (no memory sign)", raw_drop, expected,
                             vs_expected, knee, cause)
@@ -203,12 +204,6 @@ def _slower_why(kv_on_gpu: bool | None) -> str:
     if kv_on_gpu:
         return "attention reading more cells"
     return "the KV cache outgrew a CPU cache level"
-
-
-def _load_cause(load_cores: float | None) -> str | None:
-    if load_cores is None or load_cores < th.LOAD_CORES:
-        return None
-    return f"other processes used {load_cores:.1f} CPU cores while it decoded"
 
 
 def _without_fit(raw_drop: float | None) -> SpeedVerdict:

@@ -25,6 +25,8 @@ SPEED_NOISE_SIGMAS = 3.0  # a run whose own probes scatter by ±x % cannot flag 
 CONFIRMING_WINDOWS = 2   # windows at depth beyond the band before the run is: one slow window never is
 BEND_SLOPE_GROWTH = 2.0  # the deep probes' slope this many times the shallow ones': decode bends up
 LOAD_CORES = 0.3         # other processes' CPU use, in cores, that can slow a decode
+THROTTLED_SHARE = 0.1    # a cgroup's CPU periods that ran out of quota: the run stalled to each one's end
+THROTTLED_MIN_PERIODS = 20  # periods (100 ms each by default) before that share is read
 # A triangulation's decode at depth has measured enough once this many windows in a row lie
 # within this share of their median (and none of them paged): closer than sign 3's amber, so more
 # tokens would move no verdict.

@@ -205,7 +205,7 @@ class Run:
         evidence = self.tracker.watch.evidence()
         spilled = memory_sign(evidence)
         verdict = classify_speed(baseline_tok_s, depth_tok_s, s.depth, all_points, self.tracker.throttle_seen,
-                                 load_cores=self.tracker.watch.load_cores, kv_on_gpu=self.tracker.kv_on_gpu,
+                                 cpu_cause=self.tracker.watch.cpu_cause, kv_on_gpu=self.tracker.kv_on_gpu,
                                  memory_sign=spilled.text if spilled else None)
         cliff = cliff_verdict(evidence, verdict)
         result = self._result(info, n_ctx, created, baseline_tok_s, depth_tok_s, prefill_tok_s, started_from,

@@ -12,8 +12,8 @@ import psutil
 
 from cliff_tui.analysis.ggml_types import CACHE_TYPE_BYTES, QUANTISED
 from cliff_tui.errors import BadInput
-from cliff_tui.events import RunSettings
-from cliff_tui.probes.cgroup import CpuQuota, read_cpu_quota
+from cliff_tui.events import CpuQuota, RunSettings
+from cliff_tui.probes.cgroup import read_cpu_quota
 
 
 def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
@@ -69,7 +69,7 @@ class CpuShare:
         at_most = f"use at most {self.usable:,}"
         if self.usable < self.affinity and self.quota is not None:
             cpus = f"{self.quota.cpus:.3g} CPU{'' if self.quota.cpus == 1 else 's'}"
-            return (f"{threads:,} threads where cgroup {self.quota.set_on} allows {cpus} of time would be "
+            return (f"{threads:,} threads where cgroup {self.quota.path} allows {cpus} of time would be "
                     f"throttled and slow every token: {at_most}")
         cpus = f"{self.affinity:,} CPU{'s' if self.affinity > 1 else ''}"
         return (f"{threads:,} threads on {cpus} (what this process may use) would wait for each other "

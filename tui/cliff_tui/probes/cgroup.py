@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from cliff_tui.events import CpuQuota
+
 # v1 reports "no limit" as PAGE_COUNTER_MAX pages: 9223372036854771712 with 4 KiB pages.
 V1_UNLIMITED = 1 << 62
 
@@ -54,14 +56,6 @@ class CgroupMemory:
     anon_bytes: int | None
     file_bytes: int | None
     reasons: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CpuQuota:
-    """CPU time a cgroup may use: ``cpus`` CPUs' worth in each period, set on cgroup ``set_on``."""
-
-    cpus: float
-    set_on: str
 
 
 FIELDS = ("limit_bytes", "swap_limit_bytes", "usage_bytes", "swap_bytes", "anon_bytes", "file_bytes")
@@ -131,8 +125,11 @@ def read_cpu_quota(pid: int | None = None, *, proc: str = "/proc", mountinfo: st
         return None
     # the mount point too: a container's own cgroup is the root of what it mounts
     up = _up(Path(mounts[version].mount_point), directory, paths[version], including_top=True)
-    found = [CpuQuota(cpus, path) for where, path in up if (cpus := _cpu_quota(version, where)) is not None]
-    return min(found, key=lambda quota: quota.cpus, default=None)
+    found = [(cpus, path, where) for where, path in up if (cpus := _cpu_quota(version, where)) is not None]
+    if not found:
+        return None
+    cpus, path, where = min(found, key=lambda quota: quota[0])
+    return CpuQuota(path, cpus, *_throttled_periods(where))
 
 
 def _cpu_quota(version: CgroupVersion, directory: Path) -> float | None:
@@ -149,6 +146,17 @@ def _cpu_quota(version: CgroupVersion, directory: Path) -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return quota / period if quota > 0 and period > 0 else None
+
+
+def _throttled_periods(directory: Path) -> tuple[int | None, int | None]:
+    """cpu.stat's periods and throttled periods (v1 and v2 name them alike)."""
+    try:
+        text = (directory / "cpu.stat").read_text(encoding="ascii")
+    except OSError:
+        return None, None
+    stat = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+    periods, throttled = stat.get("nr_periods", "").strip(), stat.get("nr_throttled", "").strip()
+    return (int(periods) if periods.isdigit() else None), (int(throttled) if throttled.isdigit() else None)
 
 
 def _up(top: Path, directory: Path, path: str, including_top: bool = False) -> Iterator[tuple[Path, str]]:

@@ -8,8 +8,8 @@ import threading
 import time
 from typing import Callable
 
-from cliff_tui.events import CgroupReading, GpuReading, ProcessReading, Sample
-from cliff_tui.probes.cgroup import read_cgroup_memory
+from cliff_tui.events import CgroupReading, CpuQuota, GpuReading, ProcessReading, Sample
+from cliff_tui.probes.cgroup import read_cgroup_memory, read_cpu_quota
 from cliff_tui.probes.amd import AmdSysfsProbe
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.shared_vram import SharedVramBackend, choose_backends, fill_shared
@@ -34,7 +34,7 @@ class Sampler:
         self.shared = shared if shared is not None else choose_backends(platform, amd_cards)
         self._process: ProcessProbe | None = None
         self._lock = threading.Lock()
-        self._cgroup = CgroupLimit()
+        self._cgroup = CgroupLimits()
         self.set_pid(pid)
 
     def set_pid(self, pid: int | None) -> None:
@@ -60,9 +60,9 @@ class Sampler:
         if process is not None and gpus:
             process = _with_gpu_memory(process, gpus, probe.children_pids())
         ram, swap = read_memory()
+        cgroup, cpu_quota = self._cgroup.read(probe.pid if probe else None, ram.total_bytes)
         return Sample(t=t, ram=ram, swap=swap, gpus=tuple(gpus), gpus_reason=gpus_reason, process=process,
-                      cpu_busy_s=read_cpu_busy_s(), cgroup=self._cgroup.read(probe.pid if probe else None,
-                                                                             ram.total_bytes))
+                      cpu_busy_s=read_cpu_busy_s(), cgroup=cgroup, cpu_quota=cpu_quota)
 
     def _no_gpu_reason(self, nvidia_reason: str | None) -> str:
         parts = [f"NVIDIA: {nvidia_reason}" if nvidia_reason else "NVIDIA: none found"]
@@ -91,28 +91,29 @@ def _with_gpu_memory(process: ProcessReading, gpus: list[GpuReading], children: 
 CGROUP_EVERY_S = 2.0  # finding a cgroup reads /proc/self/mountinfo: the reading is kept this long
 
 
-class CgroupLimit:
-    """The memory cgroup's limit for a process (None: this one), where it is below RAM; read again
-    every ``CGROUP_EVERY_S`` or when the followed process changes."""
+class CgroupLimits:
+    """A process's (None: this one's) memory cgroup limit, where it is below RAM, and CPU quota;
+    read again every ``CGROUP_EVERY_S`` or when the followed process changes."""
 
     def __init__(self, every_s: float = CGROUP_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.every_s = every_s
         self._clock = clock
         self._key: tuple[int | None, float] | None = None
-        self._last: CgroupReading | None = None
+        self._last: tuple[CgroupReading | None, CpuQuota | None] = (None, None)
 
-    def read(self, pid: int | None, ram_total: int) -> CgroupReading | None:
+    def read(self, pid: int | None, ram_total: int) -> tuple[CgroupReading | None, CpuQuota | None]:
         if not sys.platform.startswith("linux"):
-            return None
+            return None, None
         now = self._clock()
         if self._key is not None and self._key[0] == pid and now - self._key[1] < self.every_s:
             return self._last
         memory = read_cgroup_memory(pid)
         self._key = (pid, now)
-        self._last = None
+        limit = None
         if memory.limit_bytes is not None and memory.limit_bytes < ram_total and memory.path is not None:
-            self._last = CgroupReading(memory.limited_by or memory.path, memory.limit_bytes, memory.usage_bytes,
-                                       memory.swap_bytes)
+            limit = CgroupReading(memory.limited_by or memory.path, memory.limit_bytes, memory.usage_bytes,
+                                  memory.swap_bytes)
+        self._last = (limit, read_cpu_quota(pid))
         return self._last
 
 

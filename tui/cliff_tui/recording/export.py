@@ -60,6 +60,12 @@ def sample_row(s: Sample) -> dict[str, Any]:
     if s.process is not None:
         row["process_pid"] = s.process.pid
         row["process_rss_bytes"] = s.process.total_rss_bytes
+    if s.cgroup is not None:
+        row.update(cgroup_limit_bytes=s.cgroup.limit_bytes, cgroup_usage_bytes=s.cgroup.usage_bytes,
+                   cgroup_swap_bytes=s.cgroup.swap_bytes)
+    if s.cpu_quota is not None:
+        row.update(cpu_quota_cpus=s.cpu_quota.cpus, cpu_periods=s.cpu_quota.periods,
+                   cpu_throttled_periods=s.cpu_quota.throttled_periods)
     return row
 
 
