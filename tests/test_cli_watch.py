@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,37 @@ def test_the_one_line_reading_says_why_a_followed_process_has_no_rss():
     finally:
         sampler.close()
     assert line.endswith(f"PID {gone.pid} RSS n/a (process {gone.pid} has exited)")
+
+
+def test_the_text_reading_says_why_there_is_no_vram_tier_on_stderr():
+    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--once"], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1  # one reading, for a script to read
+    if HAS_GPU:  # pragma: no cover - a GPU machine
+        assert proc.stderr == ""
+    else:
+        assert proc.stderr.startswith("cliff-tui: No VRAM tier: no GPU found (NVIDIA: ")
+        assert proc.stderr.endswith("RAM and swap are the memory tiers\n")
+
+
+def test_a_headless_watch_says_it_once():
+    proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = [proc.stdout.readline() for _ in range(5)]
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert all(" RAM " in line for line in lines)
+    assert err.count("No VRAM tier") == (0 if HAS_GPU else 1), err
+
+
+def test_the_reading_of_a_process_in_a_memory_cgroup_is_against_its_limit():
+    from conftest_cgroup import child_in_cgroup
+
+    MiB = 1024 * 1024
+    with child_in_cgroup(96 * MiB, 40 * MiB) as (_, held):
+        proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--once", "--pid", str(held.pid)],
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    ram = proc.stdout.split("  ")[1]
+    shown = re.fullmatch(r"RAM ([\d.]+) MiB/96\.0 MiB \(cgroup limit; host [\d.]+ [MG]iB/[\d.]+ [MG]iB\)", ram)
+    assert shown and 40 <= float(shown.group(1)) <= 96, ram

@@ -342,6 +342,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
         sample = sampler.sample()
         print(json.dumps(sample_record(sample), indent=2) if args.json else watch_line(sample))
+        if sample.no_vram and not args.json:
+            print(f"cliff-tui: {sample.no_vram}", file=sys.stderr)
         return 0
     session = _session(args, sampler=sampler, queued=False)
     headless = Headless(session)

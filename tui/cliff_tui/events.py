@@ -143,6 +143,11 @@ class Sample:
     cpu_quota: CpuQuota | None = None  # the followed process's (else this one's) CPU quota, where one is set
 
     @property
+    def no_vram(self) -> str | None:
+        """Why there is no VRAM tier, in words; None where there is one."""
+        return None if self.gpus else f"No VRAM tier: {self.gpus_reason or 'no GPU found'}"
+
+    @property
     def ram_capacity_bytes(self) -> int:
         """The RAM tier's size: the cgroup's limit where one applies, else the machine's RAM."""
         return self.cgroup.limit_bytes if self.cgroup is not None else self.ram.total_bytes

@@ -58,9 +58,14 @@ class Headless:
             pass
 
     def watch(self, out: TextIO, as_json: bool) -> None:
-        """Print a line per sample until SIGINT/SIGTERM (cron, nohup, systemd)."""
+        """Print a line per sample until SIGINT/SIGTERM (cron, nohup, systemd); why there is no
+        VRAM tier, where there is none, once on stderr."""
+        said_no_vram: list[bool] = []
         def show(event: object) -> None:
             if isinstance(event, Sample):
+                if not as_json and event.no_vram and not said_no_vram:  # a JSON record carries it
+                    said_no_vram.append(True)
+                    self._say(f"cliff-tui: {event.no_vram}")
                 try:
                     print(json.dumps(sample_record(event)) if as_json else watch_line(event), file=out, flush=True)
                 except OSError as exc:  # `| head -1` has what it wanted, or the disk is full: stop
@@ -80,8 +85,11 @@ def _text(event: object) -> str:
 
 
 def watch_line(s: Sample) -> str:
-    parts = [time.strftime("%H:%M:%S", time.localtime(s.t)),
-             f"RAM {fmt_bytes(s.ram.used_bytes)}/{fmt_bytes(s.ram.total_bytes)}",
+    """One sample in a line, its RAM tier as the dashboard's: a cgroup's limit where one applies."""
+    ram = f"RAM {fmt_bytes(s.ram_used_bytes)}/{fmt_bytes(s.ram_capacity_bytes)}"
+    if s.cgroup is not None:
+        ram += f" (cgroup limit; host {fmt_bytes(s.ram.used_bytes)}/{fmt_bytes(s.ram.total_bytes)})"
+    parts = [time.strftime("%H:%M:%S", time.localtime(s.t)), ram,
              f"swap {fmt_bytes(s.swap.used_bytes)}/{fmt_bytes(s.swap.total_bytes)}"]
     for g in s.gpus:
         parts.append(f"GPU{g.index} {fmt_bytes(g.vram_used_bytes)}/{fmt_bytes(g.vram_total_bytes)} "

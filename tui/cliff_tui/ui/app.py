@@ -204,7 +204,8 @@ class CliffApp(App):
         hint = "" if self.mode in ("run", "triangulate", "attach", "replay") else render.NO_SOURCE
         per_column = max(1, round(1.0 / self.session.interval))  # a graph column a second
         panels = render.panels(self.pipeline, hint or "waiting for tokens…", per_column)
-        reason = render.no_vram_line(self.pipeline.latest)
+        latest = self.pipeline.latest
+        reason = latest.no_vram if latest is not None else None
         width = self.query_one("#tiers").size.width or self.size.width
         parts: tuple[Part, ...] = ()
         if reason:

@@ -170,12 +170,6 @@ def panels(p: Pipeline, source_hint: str = NO_SOURCE, per_column: int = 1) -> li
     return out
 
 
-def no_vram_line(s: Sample | None) -> str:
-    if s is None or s.gpus:
-        return ""
-    return f"No VRAM tier: {s.gpus_reason}"
-
-
 @lru_cache(maxsize=8)
 def wrapped(text: str, style: Style | None, width: int) -> list[list[Segment]]:
     """A paragraph as lines of at most ``width`` cells, broken between words as Rich breaks them
