@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from cliff_tui.events import (
-    ATTACH_RUN_ID, CgroupReading, DecodeWindow, RamReading, Sample, ServedModel, SessionReading, SlotReading,
+    ATTACH_RUN_ID, CgroupReading, CpuQuota, DecodeWindow, RamReading, Sample, ServedModel, SessionReading, SlotReading,
     SwapReading,
 )
 from cliff_tui.exporter.collector import SIGN_LEVELS, verdict_level
@@ -142,6 +142,20 @@ def test_the_samples_cgroup_limit_is_the_ram_capacity():
     assert value(series, "cliff_ram_cgroup_limit_bytes") is None
 
 
+def test_the_samples_cpu_quota_and_its_throttled_periods():
+    sample = next(e for e in demo.cpu_watch(5) if isinstance(e, Sample))
+    _, series = scrape_registry(exporter_for([sample]).registry)
+    assert value(series, "cliff_cpu_quota_cpus") is None and value(series, "cliff_cpu_quota_periods_total") is None
+    held = dataclasses.replace(sample, cpu_quota=CpuQuota("/kubepods/pod1", 1.5, 1200, 300))
+    names, series = scrape_registry(exporter_for([held]).registry)
+    assert value(series, "cliff_cpu_quota_cpus") == 1.5
+    assert value(series, "cliff_cpu_quota_periods_total") == 1200
+    assert value(series, "cliff_cpu_quota_throttled_periods_total") == 300
+    unread = dataclasses.replace(sample, cpu_quota=CpuQuota("/kubepods/pod1", 1.5))
+    _, series = scrape_registry(exporter_for([unread]).registry)
+    assert value(series, "cliff_cpu_quota_cpus") == 1.5 and value(series, "cliff_cpu_quota_periods_total") is None
+
+
 def test_attached_servers_with_their_slots_and_rates():
     url = "http://user:secret@127.0.0.1:8080"
     def reading(t, tokens, seconds, used):
@@ -210,3 +224,23 @@ def test_the_followed_processs_real_cgroup_is_the_ram_tier_not_the_exporters():
     assert value(series, "cliff_memory_capacity_bytes", tier="ram") == 96 * MiB == screen.ram_capacity_bytes
     used = value(series, "cliff_memory_used_bytes", tier="ram")
     assert 20 * MiB <= used <= 96 * MiB and used == screen.cgroup.usage_bytes
+
+
+def test_the_followed_processs_real_cpu_quota_is_exported():
+    """As root: a spinning child in a cgroup held to half a CPU; its periods run out."""
+    import subprocess
+    import sys
+    import time
+
+    from conftest_cgroup import quota_cgroup
+
+    spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
+    with quota_cgroup(50_000) as made:
+        child = made.popen([sys.executable, "-c", spin], stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+        session = Session(queued=False)
+        session.feed(Sampler(pid=child.pid).sample())
+        _, series = scrape_registry(Exporter(session).registry)
+    assert value(series, "cliff_cpu_quota_cpus") == 0.5
+    assert value(series, "cliff_cpu_quota_throttled_periods_total") >= 2
+    assert value(series, "cliff_cpu_quota_periods_total") >= value(series, "cliff_cpu_quota_throttled_periods_total")

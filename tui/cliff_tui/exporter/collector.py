@@ -17,7 +17,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import Iterable, Iterator, Sequence
 
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cliff_tui import __version__
@@ -45,7 +45,8 @@ class CliffCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self.session.reading() as pipeline:
-            families = [*_memory(pipeline.latest), *_spill(pipeline), *_gpus(pipeline.latest),
+            families = [*_memory(pipeline.latest), *_cpu_quota(pipeline.latest), *_spill(pipeline),
+                        *_gpus(pipeline.latest),
                         *_signs(pipeline), *_decode(pipeline), *_process(pipeline.latest),
                         *_servers(pipeline)]
         yield from families
@@ -87,6 +88,21 @@ def _memory(s: Sample | None) -> list[Metric]:
     if s is not None:
         stamp.add_metric([], s.t)
     return [used, capacity, cgroup, stamp]
+
+
+def _cpu_quota(s: Sample | None) -> list[Metric]:
+    where = "of the followed process's cgroup (--pid; else the exporter's own)"
+    cpus = _gauge("cliff_cpu_quota_cpus", f"The CPU quota {where} in CPUs (Docker --cpus, a Kubernetes CPU "
+                  "limit), where one is set")
+    periods = CounterMetricFamily("cliff_cpu_quota_periods", f"Enforcement periods {where} (cpu.stat nr_periods)")
+    throttled = CounterMetricFamily("cliff_cpu_quota_throttled_periods", f"Periods {where} that ran out of quota "
+                                    "and were throttled (cpu.stat nr_throttled): a run stalls to each one's end")
+    quota = s.cpu_quota if s is not None else None
+    if quota is not None:
+        cpus.add_metric([], quota.cpus)
+        _add(periods, [], quota.periods)
+        _add(throttled, [], quota.throttled_periods)
+    return [cpus, periods, throttled]
 
 
 def _spill(p: Pipeline) -> list[Metric]:
@@ -258,7 +274,7 @@ def _info() -> Metric:
 # --- helpers --------------------------------------------------------------------------------------
 
 
-def _add(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
+def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float | None) -> None:
     """A sample only where the value is known: an unknown reading is no sample, never a fake 0."""
     if value is not None:
         family.add_metric(labels, float(value))
