@@ -382,3 +382,23 @@ def test_exported_runs_carry_the_cliff_verdict_as_run_writes_it(tmp_path):
     header, row = exported.splitlines()[:2]
     assert "cliff.level" in header.split(",") and f",{result.cliff.level}," in row
     assert exported == dumps([run_record(result)], "csv")  # one way a run becomes a CSV row
+
+
+def test_an_empty_table_exports_its_header_or_says_there_is_nothing(tmp_path):
+    from cliff_tui.recording.writer import Recorder
+
+    path = tmp_path / "watch.jsonl"
+    recorder = Recorder.create(path, command=["watch"])
+    for event in demo.cpu_watch(5):
+        recorder.write(event)
+    recorder.close()
+
+    def export(table: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cliff_tui", "export", str(path), "--table", table],
+                              capture_output=True, text=True, timeout=60)
+
+    alerts = export("alerts")
+    assert (alerts.returncode, alerts.stdout, alerts.stderr) == (0, "t,sign,level,message\n", "")
+    runs = export("runs")
+    assert (runs.returncode, runs.stdout) == (0, "")
+    assert runs.stderr == f"cliff-tui: {path} holds no finished runs: nothing to export\n"

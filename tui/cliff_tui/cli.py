@@ -408,7 +408,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise BadInput(f"--table picks one table for -o csv; -o {output} "
                        f"{'is the recording itself' if output == 'jsonl' else 'holds every table'}: "
                        f"drop --table, or use -o csv")
-    print(export(args.file, output, args.table or "samples", redact=args.redact))
+    table = args.table or "samples"
+    text = export(args.file, output, table, redact=args.redact)
+    if text:
+        print(text)
+    else:  # a CSV table with no rows and no fixed columns
+        print(f"cliff-tui: {inert(args.file)} holds no {'finished runs' if table == 'runs' else table}: "
+              "nothing to export", file=sys.stderr)
     return 0
 
 

@@ -208,13 +208,16 @@ def _csv(records: list[dict[str, Any]]) -> str:
                       for r in records])
 
 
-def csv_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Rows as CSV; the columns are every key in the order first seen (rows may differ)."""
-    columns: list[str] = []
+def csv_table(rows: Sequence[dict[str, Any]], first: Sequence[str] = ()) -> str:
+    """Rows as CSV; the columns are ``first``, then every other key in the order first seen (rows
+    may differ). No rows and no ``first``: nothing, not a header of no columns."""
+    columns: list[str] = list(first)
     for row in rows:
         columns.extend(c for c in row if c not in columns)
+    if not columns:
+        return ""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=[csv_cell(c) for c in columns] or ["t"], lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=[csv_cell(c) for c in columns], lineterminator="\n")
     writer.writeheader()
     writer.writerows({csv_cell(k): csv_cell(v) for k, v in row.items()} for row in rows)
     return buf.getvalue().rstrip("\n")

@@ -8,7 +8,7 @@ import json
 import time
 from typing import Any
 
-from cliff_tui.events import Sample
+from cliff_tui.events import Alert, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import Recording, open_recording
 from cliff_tui.recording.redact import recording_lines, redact_recording
@@ -73,10 +73,15 @@ def _csv(recording: Recording, pipeline: Pipeline, table: str) -> str:
     if table == "runs":
         return dumps([run_record(r) for r in pipeline.results], "csv")  # as `run -o csv` writes them
     if table == "alerts":
-        rows = [{"t": a.t, "sign": a.sign, "level": a.level, "message": a.message} for a in pipeline.alerts]
-    else:
-        rows = [sample_row(s) for s in samples(recording)]
-    return csv_table(rows)
+        return csv_table([alert_row(a) for a in pipeline.alerts], ALERT_COLUMNS)  # a header, even with none
+    return csv_table([sample_row(s) for s in samples(recording)])
+
+
+ALERT_COLUMNS = ("t", "sign", "level", "message")
+
+
+def alert_row(a: Alert) -> dict[str, Any]:
+    return dict(zip(ALERT_COLUMNS, (a.t, a.sign, a.level, a.message)))
 
 
 def _json(recording: Recording, pipeline: Pipeline) -> dict[str, Any]:
@@ -87,7 +92,7 @@ def _json(recording: Recording, pipeline: Pipeline) -> dict[str, Any]:
         "samples": [sample_record(s) for s in samples(recording)],
         "runs": [run_record(r) for r in pipeline.results],
         "failures": [failure_record(f) for f in pipeline.failures],
-        "alerts": [{"t": a.t, "sign": a.sign, "level": a.level, "message": a.message} for a in pipeline.alerts],
+        "alerts": [alert_row(a) for a in pipeline.alerts],
         "triangulation": triangulation,
     }
 
