@@ -31,6 +31,7 @@ from cliff_tui.events import (
 from cliff_tui.session import Session
 from cliff_tui.recording.player import Player
 from cliff_tui.recording.reader import open_recording, parse_recording
+from conftest import DATA
 from cliff_tui.recording.writer import Recorder
 from cliff_tui.text import LINE_LIMIT, is_inert
 from hostile import HOSTILE, hostile_text
@@ -402,3 +403,19 @@ def test_an_empty_table_exports_its_header_or_says_there_is_nothing(tmp_path):
     runs = export("runs")
     assert (runs.returncode, runs.stdout) == (0, "")
     assert runs.stderr == f"cliff-tui: {path} holds no finished runs: nothing to export\n"
+
+
+def test_a_recording_read_from_a_pipe_is_titled_by_its_path_not_its_descriptor_number():
+    data = (DATA / "smollm2_triangulation.jsonl").read_bytes()
+    read, write = os.pipe()
+    writer = subprocess.Popen([sys.executable, "-c", f"import os, sys; os.write({write}, sys.stdin.buffer.read())"],
+                              stdin=subprocess.PIPE, pass_fds=(write,))
+    os.close(write)
+    writer.stdin.write(data)
+    writer.stdin.close()
+    try:
+        recording = open_recording(f"/dev/fd/{read}")  # as `replay <(zcat r.jsonl.gz)` passes it
+    finally:
+        os.close(read)
+        writer.wait(30)
+    assert Player(recording).describe().startswith(f"replay /dev/fd/{read} ")

@@ -112,7 +112,8 @@ class Player:
     # --- words ----------------------------------------------------------------------------
 
     def describe(self) -> str:
-        name = Path(self.recording.path).name
+        path = Path(self.recording.path)
+        name = str(path) if path.parent.name == "fd" else path.name  # a pipe's descriptor: /dev/fd/63, not 63
         state = "▶" if self.playing else "⏸"
         return f"replay {name} {state} ×{self.speed}"
 
