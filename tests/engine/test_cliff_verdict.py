@@ -10,9 +10,11 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 
-from cliff_tui.events import Alert, RunFinished
+from cliff_tui.engine.settings import cpu_share
+from cliff_tui.events import Alert, Notice, RunFinished
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording import demo
 from cliff_tui.recording.export import export, replay_all
@@ -76,8 +78,8 @@ def test_in_a_cgroup_held_to_half_a_cpu_the_quota_is_the_cause_named(tmp_path):
     from conftest_cgroup import quota_cgroup
 
     record = tmp_path / "quota.jsonl"
-    argv = [sys.executable, "-m", "cliff_tui", "run", "--headless", "--depth", "512", "--n-gen", "32", "-t", "1",
-            "-o", "json", "--record", str(record)]
+    argv = [sys.executable, "-m", "cliff_tui", "run", "--headless", "--depth", "512", "--n-gen", "32",
+            "-o", "json", "--record", str(record)]  # the threads as the quota allows: one
     with quota_cgroup(50_000) as made:
         out, err = made.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True).communicate(timeout=300)
     cause = f"its cgroup's CPU quota (0.5 CPUs, /{made.name}) ran out in"
@@ -85,6 +87,11 @@ def test_in_a_cgroup_held_to_half_a_cpu_the_quota_is_the_cause_named(tmp_path):
     assert cliff["level"] != "red", cliff["text"]
     if cliff["level"] == "amber":  # a fall beyond the trend is put down to the quota, not to depth
         assert cause in cliff["text"]
+    assert json.loads(out)["threads"] == 1
+    events = open_recording(record).events
+    if min(cpu_share().affinity, psutil.cpu_count(logical=False) or 1) >= 2:
+        assert any(isinstance(e, Notice) and e.text.startswith("1 thread, not ") and f"cgroup /{made.name} allows "
+                   "0.5 CPUs of time" in e.text for e in events)
     run = next(iter(replay_all(open_recording(record)).runs.values()))
     assert run.watch.throttled_share > 0.5 and cause in run.watch.cpu_cause, err[-2000:]
     rows = list(csv.DictReader(io.StringIO(export(str(record), "csv"))))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from cliff_tui.engine.settings import CpuShare, cpu_share
@@ -23,6 +24,19 @@ def test_usable_and_whole(share, usable, whole):
     assert (share.usable, share.whole) == (usable, whole)
 
 
+@pytest.mark.parametrize("share, cores, threads, note", [
+    (CpuShare(16, None), 8, 8, None),  # the physical cores, not the hyperthreads
+    (CpuShare(4, None), 8, 4, None),  # taskset
+    (CpuShare(16, None), None, 16, None),  # psutil cannot count the cores
+    (CpuShare(64, CpuQuota("/kubepods/pod1", 4.0)), 32, 4,
+     "4 threads, not 32: cgroup /kubepods/pod1 allows 4 CPUs of time (pass -t to choose)"),
+    (CpuShare(8, CpuQuota("/c", 1.5)), 4, 1, "1 thread, not 4: cgroup /c allows 1.5 CPUs of time (pass -t to choose)"),
+    (CpuShare(8, CpuQuota("/c", 6.0)), 4, 4, None),  # the quota holds nothing back
+])
+def test_default_threads(share, cores, threads, note):
+    assert share.default_threads(cores) == (threads, note)
+
+
 def test_too_many_threads_says_which_limit():
     assert CpuShare(2, None).too_many(2) is None
     assert CpuShare(2, None).too_many(3) == ("3 threads on 2 CPUs (what this process may use) would wait for each "
@@ -37,15 +51,18 @@ def test_too_many_threads_says_which_limit():
     assert CpuShare(2, CpuQuota("/c", 8.0)).too_many(3).startswith("3 threads on 2 CPUs (what")
 
 
-@pytest.mark.skipif(cpu_share().affinity < 2, reason="one CPU: -t 2 is refused for the affinity already")
+@pytest.mark.skipif(min(cpu_share().affinity, psutil.cpu_count(logical=False) or 1) < 2,
+                    reason="one CPU: -t 2 is refused for the affinity already, and one thread is the default")
 def test_a_real_quota_sets_the_default_and_the_limit():
     from conftest_cgroup import quota_cgroup
 
     code = ("from cliff_tui.engine.settings import cpu_share, default_threads; s = cpu_share(); "
-            "print(s.usable, s.whole, default_threads())")
+            "print(s.usable, s.whole, *default_threads(), sep='|')")
     with quota_cgroup(50_000) as made:
         shown = made.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True).communicate(timeout=60)[0]
-        assert shown.split() == ["1", "1", "1"]
+        cores = min(cpu_share().affinity, psutil.cpu_count(logical=False))
+        assert shown.split("|") == ["1", "1", "1", f"1 thread, not {cores}: cgroup /{made.name} allows 0.5 CPUs of "
+                                                   "time (pass -t to choose)\n"]
         refused = made.popen([sys.executable, "-m", "cliff_tui", "run", "-t", "2"], stderr=subprocess.PIPE, text=True)
         error = refused.communicate(timeout=60)[1]
         assert refused.returncode == 2

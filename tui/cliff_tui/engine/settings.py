@@ -32,7 +32,9 @@ def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
             settings = dataclasses.replace(settings, flash_attn="on")
             notes.append(f"flash attention turned on: a quantised V cache (-ctv {settings.cache_type_v}) needs it")
     if not settings.threads:
-        settings = dataclasses.replace(settings, threads=default_threads())
+        threads, held = default_threads()
+        settings = dataclasses.replace(settings, threads=threads)
+        notes += [held] if held else []
     need = settings.depth + settings.n_gen
     if settings.n_ctx is not None and settings.n_ctx < need:
         raise BadInput(f"-c {settings.n_ctx:,} is smaller than the depth {settings.depth:,} + --n-gen "
@@ -62,6 +64,17 @@ class CpuShare:
             return self.affinity
         return max(1, min(self.affinity, math.floor(self.quota.cpus)))
 
+    def default_threads(self, physical_cores: int | None) -> tuple[int, str | None]:
+        """The physical cores it may keep busy: llama.cpp's own default (4) oversubscribes small
+        machines, which halves decode speed and doubles its noise, and a thread past a CPU quota
+        is throttled. With them, why fewer where the quota is what holds them back."""
+        cores = min(self.affinity, physical_cores or self.affinity)
+        threads = max(1, min(self.whole, cores))
+        if self.quota is None or threads >= cores:
+            return threads, None
+        return threads, (f"{threads:,} thread{'s' if threads > 1 else ''}, not {cores:,}: cgroup {self.quota.path} "
+                         f"allows {self.quota.cpus:.3g} CPUs of time (pass -t to choose)")
+
     def too_many(self, threads: int) -> str | None:
         """Why ``threads`` of llama.cpp's would slow every token here; None where they would not."""
         if threads <= self.usable:
@@ -89,9 +102,6 @@ def usable_cpus() -> int:
     return cpu_share().usable
 
 
-def default_threads() -> int:
-    """Physical cores this process may keep busy: llama.cpp's own default (4) oversubscribes
-    small machines, which halves decode speed and doubles its noise, and a thread past a CPU
-    quota is throttled."""
-    share = cpu_share()
-    return max(1, min(share.whole, psutil.cpu_count(logical=False) or share.whole))
+def default_threads() -> tuple[int, str | None]:
+    """:meth:`CpuShare.default_threads` for this process on this machine's physical cores."""
+    return cpu_share().default_threads(psutil.cpu_count(logical=False))
