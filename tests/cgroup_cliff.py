@@ -225,12 +225,19 @@ def _release_zram(zram_id: int) -> None:
 class Cgroup:
     version: Literal[1, 2]
     directory: Path
-    limit_bytes: int  # its memory limit; 0 for a cgroup of the CPU controller
+    limit_bytes: int | None  # its memory limit; None for a cgroup of the CPU controller
     children: list[subprocess.Popen] = field(default_factory=list)  # started by popen: reaped on removal
 
     @property
     def name(self) -> str:
         return self.directory.name
+
+    @property
+    def path(self) -> str:
+        """As /proc/PID/cgroup names it: under the root of the mounted hierarchy, which in a
+        container sharing the host's cgroups is the container's own."""
+        mount = find_mounts(controller="memory" if self.limit_bytes is not None else "cpu")[self.version]
+        return mount.root.rstrip("/") + "/" + self.name
 
     def add(self, pid: int) -> None:
         """Move ``pid`` in. Memory it already holds stays charged where it was (v1 and v2): start
@@ -314,7 +321,7 @@ def cgroup(limit_bytes: int, swap_limit_bytes: int | None = None, swappiness: in
 def cpu_cgroup(quota_us: int, period_us: int = 100_000) -> Iterator[Cgroup]:
     """A cgroup of the CPU controller whose processes may use ``quota_us`` of CPU time in each
     ``period_us`` (what Docker's ``--cpus`` sets)."""
-    with _new_cgroup("cpu", 0) as made:
+    with _new_cgroup("cpu", None) as made:
         try:
             if made.version == 2:
                 (made.directory / "cpu.max").write_text(f"{quota_us} {period_us}")
@@ -327,7 +334,7 @@ def cpu_cgroup(quota_us: int, period_us: int = 100_000) -> Iterator[Cgroup]:
 
 
 @contextmanager
-def _new_cgroup(controller: str, limit_bytes: int) -> Iterator[Cgroup]:
+def _new_cgroup(controller: str, limit_bytes: int | None) -> Iterator[Cgroup]:
     """An empty cgroup at the top of ``controller``'s hierarchy, removed (its processes killed)
     on exit, also at exit or on SIGTERM if the test dies first."""
     version = cgroup_version(controller)

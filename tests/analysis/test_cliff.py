@@ -88,10 +88,20 @@ def test_a_quota_seldom_out_or_too_new_to_read_is_no_cause():
     assert new.throttled_share is None and new.cpu_cause is None
 
 
-def test_periods_of_another_cgroup_or_one_made_again_are_not_counted():
+def test_a_cgroup_made_again_under_the_same_name_starts_counting_again():
     watch = RunWatch(kv_on_gpu=False)
-    counts = [(1000, 0), (1010, 0), (5, 5), (15, 15)]  # made again under the same name: counting restarts
-    paths = ["/a", "/a", "/a", "/b"]
-    for t, ((periods, throttled), path) in enumerate(zip(counts, paths)):
-        watch.observe(with_cpu(sample(t, 0), 1.0 * t, CpuQuota(path, 1.0, periods, throttled)), 512)
-    assert watch.throttled_share is None  # 10 periods counted, none throttled: too few to read
+    for t, (periods, throttled) in enumerate([(1000, 0), (1030, 0), (5, 5), (40, 40)]):
+        watch.observe(with_cpu(sample(t, 0), 1.0 * t, CpuQuota("/a", 1.0, periods, throttled)), 512)
+    assert watch.throttled_share == 35 / 65  # 30 + 35 periods; the drop from 1030 to 5 is no count
+    assert watch.cpu_cause.startswith("its cgroup's CPU quota (1 CPU, /a) ran out in 54% of the periods")
+
+
+def test_periods_of_another_cgroup_or_of_no_followed_process_are_not_counted():
+    moved, unfollowed = RunWatch(kv_on_gpu=False), RunWatch(kv_on_gpu=False)
+    for t, path in enumerate(["/a", "/a", "/b", "/b"]):
+        quota = CpuQuota(path, 1.0, 30 * t, 30 * t)
+        moved.observe(with_cpu(sample(t, 0), 1.0 * t, quota), 512)
+        # without a followed process the quota read is the watcher's own cgroup's
+        unfollowed.observe(dataclasses.replace(with_cpu(sample(t, 0), 1.0 * t, quota), process=None), 512)
+    assert moved.throttled_share == 1.0 and moved._periods == 60  # /a → /a and /b → /b, not /a → /b
+    assert unfollowed.throttled_share is None and unfollowed.cpu_cause is None

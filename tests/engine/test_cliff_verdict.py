@@ -82,7 +82,7 @@ def test_in_a_cgroup_held_to_half_a_cpu_the_quota_is_the_cause_named(tmp_path):
             "-o", "json", "--record", str(record)]  # the threads as the quota allows: one
     with quota_cgroup(50_000) as made:
         out, err = made.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True).communicate(timeout=300)
-    cause = f"its cgroup's CPU quota (0.5 CPUs, /{made.name}) ran out in"
+    cause = f"its cgroup's CPU quota (0.5 CPUs, {made.path}) ran out in"
     cliff = json.loads(out)["cliff"]
     assert cliff["level"] != "red", cliff["text"]
     if cliff["level"] == "amber":  # a fall beyond the trend is put down to the quota, not to depth
@@ -90,7 +90,7 @@ def test_in_a_cgroup_held_to_half_a_cpu_the_quota_is_the_cause_named(tmp_path):
     assert json.loads(out)["threads"] == 1
     events = open_recording(record).events
     if min(cpu_share().affinity, psutil.cpu_count(logical=False) or 1) >= 2:
-        assert any(isinstance(e, Notice) and e.text.startswith("1 thread, not ") and f"cgroup /{made.name} allows "
+        assert any(isinstance(e, Notice) and e.text.startswith("1 thread, not ") and f"cgroup {made.path} allows "
                    "0.5 CPUs of time" in e.text for e in events)
     run = next(iter(replay_all(open_recording(record)).runs.values()))
     assert run.watch.throttled_share > 0.5 and cause in run.watch.cpu_cause, err[-2000:]

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from cliff_tui.engine.settings import CpuShare, cpu_share
-from cliff_tui.probes.cgroup import CpuQuota
+from cliff_tui.events import CpuQuota
 
 
 @pytest.mark.parametrize("share, usable, whole", [
@@ -31,6 +31,7 @@ def test_usable_and_whole(share, usable, whole):
     (CpuShare(64, CpuQuota("/kubepods/pod1", 4.0)), 32, 4,
      "4 threads, not 32: cgroup /kubepods/pod1 allows 4 CPUs of time (pass -t to choose)"),
     (CpuShare(8, CpuQuota("/c", 1.5)), 4, 1, "1 thread, not 4: cgroup /c allows 1.5 CPUs of time (pass -t to choose)"),
+    (CpuShare(8, CpuQuota("/c", 1.0)), 4, 1, "1 thread, not 4: cgroup /c allows 1 CPU of time (pass -t to choose)"),
     (CpuShare(8, CpuQuota("/c", 6.0)), 4, 4, None),  # the quota holds nothing back
 ])
 def test_default_threads(share, cores, threads, note):
@@ -60,11 +61,11 @@ def test_a_real_quota_sets_the_default_and_the_limit():
             "print(s.usable, s.whole, *default_threads(), sep='|')")
     with quota_cgroup(50_000) as made:
         shown = made.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True).communicate(timeout=60)[0]
-        cores = min(cpu_share().affinity, psutil.cpu_count(logical=False))
-        assert shown.split("|") == ["1", "1", "1", f"1 thread, not {cores}: cgroup /{made.name} allows 0.5 CPUs of "
+        cores = min(cpu_share().affinity, psutil.cpu_count(logical=False) or 1)
+        assert shown.split("|") == ["1", "1", "1", f"1 thread, not {cores}: cgroup {made.path} allows 0.5 CPUs of "
                                                    "time (pass -t to choose)\n"]
         refused = made.popen([sys.executable, "-m", "cliff_tui", "run", "-t", "2"], stderr=subprocess.PIPE, text=True)
         error = refused.communicate(timeout=60)[1]
         assert refused.returncode == 2
-        assert (f"-t/--threads: 2 threads where cgroup /{made.name} allows 0.5 CPUs of time would be throttled "
+        assert (f"-t/--threads: 2 threads where cgroup {made.path} allows 0.5 CPUs of time would be throttled "
                 "and slow every token: use at most 1") in error

@@ -148,9 +148,9 @@ def test_the_samples_cpu_quota_and_its_throttled_periods():
     assert value(series, "cliff_cpu_quota_cpus") is None and value(series, "cliff_cpu_quota_periods_total") is None
     held = dataclasses.replace(sample, cpu_quota=CpuQuota("/kubepods/pod1", 1.5, 1200, 300))
     names, series = scrape_registry(exporter_for([held]).registry)
-    assert value(series, "cliff_cpu_quota_cpus") == 1.5
-    assert value(series, "cliff_cpu_quota_periods_total") == 1200
-    assert value(series, "cliff_cpu_quota_throttled_periods_total") == 300
+    assert value(series, "cliff_cpu_quota_cpus", cgroup="/kubepods/pod1") == 1.5
+    assert value(series, "cliff_cpu_quota_periods_total", cgroup="/kubepods/pod1") == 1200
+    assert value(series, "cliff_cpu_quota_throttled_periods_total", cgroup="/kubepods/pod1") == 300
     unread = dataclasses.replace(sample, cpu_quota=CpuQuota("/kubepods/pod1", 1.5))
     _, series = scrape_registry(exporter_for([unread]).registry)
     assert value(series, "cliff_cpu_quota_cpus") == 1.5 and value(series, "cliff_cpu_quota_periods_total") is None
@@ -241,6 +241,6 @@ def test_the_followed_processs_real_cpu_quota_is_exported():
         session = Session(queued=False)
         session.feed(Sampler(pid=child.pid).sample())
         _, series = scrape_registry(Exporter(session).registry)
-    assert value(series, "cliff_cpu_quota_cpus") == 0.5
-    assert value(series, "cliff_cpu_quota_throttled_periods_total") >= 2
+    assert value(series, "cliff_cpu_quota_cpus", cgroup=made.path) == 0.5
+    assert value(series, "cliff_cpu_quota_throttled_periods_total", cgroup=made.path) >= 2
     assert value(series, "cliff_cpu_quota_periods_total") >= value(series, "cliff_cpu_quota_throttled_periods_total")

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from cliff_tui.events import CpuQuota
 from cliff_tui.probes.cgroup import (
-    CgroupMount, CpuQuota, cgroup_directory, cgroup_paths, find_mounts, read_cgroup_memory, read_cpu_quota,
+    CgroupMount, cgroup_directory, cgroup_paths, find_mounts, read_cgroup_memory, read_cpu_quota,
 )
 
 MiB = 1024 * 1024
@@ -208,7 +209,7 @@ def test_real_cgroup_limit_and_usage_of_a_child():
 
     with child_in_cgroup(96 * MiB, 40 * MiB) as (made, child):
         r = read_cgroup_memory(child.pid)
-        assert (r.limit_bytes, r.limited_by) == (96 * MiB, "/" + made.name)
+        assert (r.limit_bytes, r.limited_by) == (96 * MiB, made.path)
         assert r.usage_bytes >= 40 * MiB and r.anon_bytes >= 40 * MiB
         assert r.swap_bytes is not None or "swap_bytes" in r.reasons
     assert not made.directory.exists()
@@ -275,6 +276,17 @@ def test_an_unreadable_quota_is_no_quota(tmp_path, text):
     assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) is None
 
 
+def test_bytes_that_are_not_text_are_no_quota_and_a_reason(tmp_path):
+    proc, mountinfo = host(tmp_path, v2_mount(tmp_path), "0::/a\n")
+    write(tmp_path / "cg/a/cpu.max", "50000 100000\n")
+    (tmp_path / "cg/a/cpu.stat").write_bytes(b"nr_periods \xff\n")
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota("/a", 0.5)
+    Path(mountinfo).write_bytes(f"30 23 0:26 / {tmp_path}/cg\\040\xff rw - cgroup2 cgroup2 rw\n".encode("latin-1"))
+    assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) is None
+    memory = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
+    assert memory.limit_bytes is None and "not UTF-8" in memory.reasons["limit_bytes"]
+
+
 def test_no_cgroup_file_is_no_quota(tmp_path):
     (tmp_path / "proc").mkdir()
     write(tmp_path / "mountinfo", v2_mount(tmp_path))
@@ -291,9 +303,9 @@ def test_real_cpu_quota_of_a_child():
         child = made.popen([sys.executable, "-c", spin])
         time.sleep(0.6)
         quota = read_cpu_quota(child.pid)
-        assert (quota.path, quota.cpus) == ("/" + made.name, 0.5)
+        assert (quota.path, quota.cpus) == (made.path, 0.5)
         assert quota.periods >= 3 and quota.throttled_periods >= 2  # it spins: every period runs out
         assert read_cpu_quota() != quota
-        assert Sampler(pid=child.pid).sample().cpu_quota.path == "/" + made.name  # as the run's samples carry it
+        assert Sampler(pid=child.pid).sample().cpu_quota.path == made.path  # as the run's samples carry it
     assert not made.directory.exists()
     assert child.poll() is not None

@@ -31,9 +31,9 @@ from cliff_tui.events import (
 from cliff_tui.session import Session
 from cliff_tui.recording.player import Player
 from cliff_tui.recording.reader import open_recording, parse_recording
-from conftest import DATA
 from cliff_tui.recording.writer import Recorder
 from cliff_tui.text import LINE_LIMIT, is_inert
+from conftest import DATA
 from hostile import HOSTILE, hostile_text
 
 SETTINGS = RunSettings("/m.gguf", 1024, 32, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on", threads=2)

@@ -97,6 +97,9 @@ class GpuReading:
     uuid: str | None = None  # NVML's GPU-… identifier: stable across reboots and index reordering
 
 
+NO_GPU = "no GPU found"  # how every reason for an empty ``gpus`` begins; alone where none was recorded
+
+
 @dataclass(frozen=True)
 class CgroupReading:
     """The memory cgroup a process runs in, where its limit is below the machine's RAM (Docker
@@ -127,6 +130,11 @@ class CpuQuota:
     periods: int | None = None
     throttled_periods: int | None = None
 
+    @property
+    def words(self) -> str:
+        """``1 CPU``, ``1.5 CPUs``."""
+        return f"{self.cpus:.3g} CPU{'' if self.cpus == 1 else 's'}"
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -145,7 +153,7 @@ class Sample:
     @property
     def no_vram(self) -> str | None:
         """Why there is no VRAM tier, in words; None where there is one."""
-        return None if self.gpus else f"No VRAM tier: {self.gpus_reason or 'no GPU found'}"
+        return None if self.gpus else f"No VRAM tier: {self.gpus_reason or NO_GPU}"
 
     @property
     def ram_capacity_bytes(self) -> int:

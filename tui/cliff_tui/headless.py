@@ -58,14 +58,9 @@ class Headless:
             pass
 
     def watch(self, out: TextIO, as_json: bool) -> None:
-        """Print a line per sample until SIGINT/SIGTERM (cron, nohup, systemd); why there is no
-        VRAM tier, where there is none, once on stderr."""
-        said_no_vram: list[bool] = []
+        """Print a line per sample until SIGINT/SIGTERM (cron, nohup, systemd)."""
         def show(event: object) -> None:
             if isinstance(event, Sample):
-                if not as_json and event.no_vram and not said_no_vram:  # a JSON record carries it
-                    said_no_vram.append(True)
-                    self._say(f"cliff-tui: {event.no_vram}")
                 try:
                     print(json.dumps(sample_record(event)) if as_json else watch_line(event), file=out, flush=True)
                 except OSError as exc:  # `| head -1` has what it wanted, or the disk is full: stop

@@ -20,7 +20,7 @@ from cliff_tui.analysis.fit import FitTable, fit_record, fit_table, format_fit_m
 from cliff_tui.analysis.buffers import gpu_index_of
 from cliff_tui.analysis.triangulation import PointCheck, Slope, Triangulation, memory_point
 from cliff_tui.codec import to_plain
-from cliff_tui.events import CliffVerdict, ModelInfo, RunFailed, RunResult, Sample
+from cliff_tui.events import NO_GPU, CliffVerdict, ModelInfo, RunFailed, RunResult, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import inert, inert_tree
 from cliff_tui.units import KiB, fmt_bytes, fmt_pct, fmt_tok_s
@@ -33,7 +33,7 @@ def sample_record(sample: Sample) -> dict[str, Any]:
     record = to_plain(sample)
     record.pop("gpus_reason", None)
     if not sample.gpus:
-        record["gpus_reason"] = sample.gpus_reason or "no GPU found"
+        record["gpus_reason"] = sample.gpus_reason or NO_GPU
     if sample.process is None:
         record.pop("process")
     return record

@@ -160,7 +160,12 @@ class RunWatch:
         self._wall_s += s.t - prev.t
 
     def _throttling(self, s: Sample) -> None:
-        a, b = self._last.cpu_quota if self._last else None, s.cpu_quota
+        """The followed process's cgroup running out of CPU quota (without one, the quota read is
+        cliff-tui's own, which is not what slows the model)."""
+        prev = self._last
+        if prev is None or prev.process is None or s.process is None or prev.process.pid != s.process.pid:
+            return
+        a, b = prev.cpu_quota, s.cpu_quota
         if a is None or b is None or a.path != b.path:
             return
         if None in (a.periods, b.periods, a.throttled_periods, b.throttled_periods) or b.periods < a.periods:
@@ -187,8 +192,8 @@ class RunWatch:
         """What took CPU from the run, where it was enough to slow a decode: its cgroup's quota
         running out, else other processes."""
         share, quota = self.throttled_share, self._quota
-        if share is not None and quota is not None and share >= th.THROTTLED_SHARE:
-            return (f"its cgroup's CPU quota ({quota.cpus:.3g} CPUs, {quota.path}) ran out in {share:.0%} of the "
+        if share is not None and quota is not None and quota.cpus > 0 and share >= th.THROTTLED_SHARE:
+            return (f"its cgroup's CPU quota ({quota.words}, {quota.path}) ran out in {share:.0%} of the "
                     "periods while it decoded")
         load = self.load_cores
         if load is not None and load >= th.LOAD_CORES:

@@ -73,7 +73,7 @@ class CpuShare:
         if self.quota is None or threads >= cores:
             return threads, None
         return threads, (f"{threads:,} thread{'s' if threads > 1 else ''}, not {cores:,}: cgroup {self.quota.path} "
-                         f"allows {self.quota.cpus:.3g} CPUs of time (pass -t to choose)")
+                         f"allows {self.quota.words} of time (pass -t to choose)")
 
     def too_many(self, threads: int) -> str | None:
         """Why ``threads`` of llama.cpp's would slow every token here; None where they would not."""
@@ -81,8 +81,7 @@ class CpuShare:
             return None
         at_most = f"use at most {self.usable:,}"
         if self.usable < self.affinity and self.quota is not None:
-            cpus = f"{self.quota.cpus:.3g} CPU{'' if self.quota.cpus == 1 else 's'}"
-            return (f"{threads:,} threads where cgroup {self.quota.path} allows {cpus} of time would be "
+            return (f"{threads:,} threads where cgroup {self.quota.path} allows {self.quota.words} of time would be "
                     f"throttled and slow every token: {at_most}")
         cpus = f"{self.affinity:,} CPU{'s' if self.affinity > 1 else ''}"
         return (f"{threads:,} threads on {cpus} (what this process may use) would wait for each other "

@@ -1,7 +1,8 @@
 """The session's pipeline as Prometheus metric families, read at scrape time.
 
-Every number is one the dashboard shows: the collector reads ``session.pipeline`` (held still by
-``session.reading()``) and formats nothing of its own. Names carry the ``cliff_`` prefix and base
+Every number is the pipeline's, as the dashboard and the run records have it (the CPU quota is
+the samples' own): the collector reads ``session.pipeline`` (held still by ``session.reading()``)
+and formats nothing of its own. Names carry the ``cliff_`` prefix and base
 units (bytes, seconds, ratios as 0–1), and no colons (Prometheus keeps those for recording rules).
 Every family is yielded on every scrape, with no sample where the value is unknown here (no GPU,
 no server), so a dashboard's queries name series that exist on every host.
@@ -9,7 +10,8 @@ no server), so a dashboard's queries name series that exist on every host.
 Labels: ``tier`` (vram, shared, ram, swap), ``gpu`` (the index, "" for host tiers), ``uuid``
 (NVML's GPU UUID where known, else ""), ``sign`` and ``name`` for the three signs, ``server``
 (an attached server's base URL, credentials removed) and ``kind``, ``slot``; a capacity plan's
-``model`` (file name only) and ``kv_type``.
+``model`` (file name only) and ``kv_type``; ``cgroup``, the path of the cgroup whose CPU quota it
+is (each cgroup's periods are a counter of their own).
 """
 
 from __future__ import annotations
@@ -92,16 +94,19 @@ def _memory(s: Sample | None) -> list[Metric]:
 
 def _cpu_quota(s: Sample | None) -> list[Metric]:
     where = "of the followed process's cgroup (--pid; else the exporter's own)"
+    labels = ["cgroup"]
     cpus = _gauge("cliff_cpu_quota_cpus", f"The CPU quota {where} in CPUs (Docker --cpus, a Kubernetes CPU "
-                  "limit), where one is set")
-    periods = CounterMetricFamily("cliff_cpu_quota_periods", f"Enforcement periods {where} (cpu.stat nr_periods)")
+                  "limit), where one is set", labels)
+    periods = CounterMetricFamily("cliff_cpu_quota_periods", f"Enforcement periods {where} (cpu.stat nr_periods)",
+                                  labels=labels)
     throttled = CounterMetricFamily("cliff_cpu_quota_throttled_periods", f"Periods {where} that ran out of quota "
-                                    "and were throttled (cpu.stat nr_throttled): a run stalls to each one's end")
+                                    "and were throttled (cpu.stat nr_throttled): a run stalls to each one's end",
+                                    labels=labels)
     quota = s.cpu_quota if s is not None else None
     if quota is not None:
-        cpus.add_metric([], quota.cpus)
-        _add(periods, [], quota.periods)
-        _add(throttled, [], quota.throttled_periods)
+        cpus.add_metric([quota.path], quota.cpus)
+        _add(periods, [quota.path], quota.periods)
+        _add(throttled, [quota.path], quota.throttled_periods)
     return [cpus, periods, throttled]
 
 

@@ -115,7 +115,7 @@ def read_cpu_quota(pid: int | None = None, *, proc: str = "/proc", mountinfo: st
     try:
         mounts = find_mounts(mountinfo or f"{proc}/self/mountinfo", "cpu")
         paths = cgroup_paths(pid, proc, "cpu")
-    except OSError:
+    except (OSError, ValueError):  # ValueError: bytes that are not UTF-8
         return None
     version: CgroupVersion = 1 if 1 in mounts and 1 in paths else 2
     if version not in mounts or version not in paths:
@@ -152,7 +152,7 @@ def _throttled_periods(directory: Path) -> tuple[int | None, int | None]:
     """cpu.stat's periods and throttled periods (v1 and v2 name them alike)."""
     try:
         text = (directory / "cpu.stat").read_text(encoding="ascii")
-    except OSError:
+    except (OSError, ValueError):
         return None, None
     stat = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
     periods, throttled = stat.get("nr_periods", "").strip(), stat.get("nr_throttled", "").strip()
@@ -181,6 +181,8 @@ def read_cgroup_memory(pid: int | None = None, *, proc: str = "/proc",
         return _unknown(pid, f"no {proc}/{pid}/cgroup: no such process, or not Linux")
     except OSError as exc:
         return _unknown(pid, f"cannot read the cgroup of PID {pid}: {exc.strerror or exc}")
+    except ValueError:  # bytes that are not UTF-8
+        return _unknown(pid, f"cannot read the cgroup of PID {pid}: its mounts or cgroup file are not UTF-8")
     if 1 in mounts and 1 in paths:
         return _read(1, pid, mounts[1], paths[1])
     if 2 in mounts and 2 in paths:

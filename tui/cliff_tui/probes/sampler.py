@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Callable
 
-from cliff_tui.events import CgroupReading, CpuQuota, GpuReading, ProcessReading, Sample
+from cliff_tui.events import NO_GPU, CgroupReading, CpuQuota, GpuReading, ProcessReading, Sample
 from cliff_tui.probes.cgroup import read_cgroup_memory, read_cpu_quota
 from cliff_tui.probes.amd import AmdSysfsProbe
 from cliff_tui.probes.nvidia import NvidiaProbe
@@ -68,7 +68,7 @@ class Sampler:
         parts = [f"NVIDIA: {nvidia_reason}" if nvidia_reason else "NVIDIA: none found"]
         if self.amd is not None:
             parts.append("AMD: no amdgpu card in /sys/class/drm")
-        return "no GPU found (" + "; ".join(parts) + ") — " + CPU_ONLY_TIERS
+        return f"{NO_GPU} (" + "; ".join(parts) + ") — " + CPU_ONLY_TIERS
 
     def close(self) -> None:
         self.nvidia.close()

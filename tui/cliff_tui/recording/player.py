@@ -7,6 +7,7 @@ start a new pipeline (``Seek.rebuild``)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from cliff_tui.recording.reader import Recording
 from cliff_tui.units import fmt_duration
 
 SPEEDS = (1, 4, 16)
+_DESCRIPTORS = re.compile(r"/dev/fd|/proc/(self|\d+)/fd")  # where a shell's <(…) points
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class Player:
 
     def describe(self) -> str:
         path = Path(self.recording.path)
-        name = str(path) if path.parent.name == "fd" else path.name  # a pipe's descriptor: /dev/fd/63, not 63
+        name = str(path) if _DESCRIPTORS.fullmatch(str(path.parent)) else path.name  # /dev/fd/63, not 63
         state = "▶" if self.playing else "⏸"
         return f"replay {name} {state} ×{self.speed}"
 
