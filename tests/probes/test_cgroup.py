@@ -309,3 +309,25 @@ def test_real_cpu_quota_of_a_child():
         assert Sampler(pid=child.pid).sample().cpu_quota.path == made.path  # as the run's samples carry it
     assert not made.directory.exists()
     assert child.poll() is not None
+
+
+def test_the_sampler_searches_for_the_quota_seldom_and_reads_its_periods_each_time():
+    from conftest_cgroup import quota_cgroup
+
+    from cliff_tui.probes.sampler import CPU_QUOTA_FOUND_FOR_S, CgroupLimits
+
+    now = [0.0]
+    limits = CgroupLimits(clock=lambda: now[0])
+    spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
+    with quota_cgroup(50_000) as made:
+        child = made.popen([sys.executable, "-c", spin])
+        _, first = limits.read(child.pid, 1 << 50)
+        (made.directory / ("cpu.max" if made.version == 2 else "cpu.cfs_quota_us")).write_text(
+            "80000 100000" if made.version == 2 else "80000")
+        time.sleep(0.4)
+        now[0] = 2.5
+        _, kept = limits.read(child.pid, 1 << 50)
+        now[0] = 2.5 + CPU_QUOTA_FOUND_FOR_S
+        _, found = limits.read(child.pid, 1 << 50)
+    assert (first.cpus, kept.cpus, found.cpus) == (0.5, 0.5, 0.8)
+    assert kept.periods > first.periods and kept.throttled_periods > first.throttled_periods

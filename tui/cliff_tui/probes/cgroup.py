@@ -110,7 +110,26 @@ def cgroup_directory(mount: CgroupMount, path: str) -> Path | None:
 
 def read_cpu_quota(pid: int | None = None, *, proc: str = "/proc", mountinfo: str | None = None) -> CpuQuota | None:
     """The smallest CPU quota from the cgroup of ``pid`` (default: this process) up, v1 where a
-    ``cpu`` hierarchy is mounted, else v2; None where none is set or none can be read."""
+    ``cpu`` hierarchy is mounted, else v2, with its periods; None where none is set or none can
+    be read."""
+    found = find_cpu_quota(pid, proc=proc, mountinfo=mountinfo)
+    return found.read() if found is not None else None
+
+
+@dataclass(frozen=True)
+class FoundCpuQuota:
+    """A quota found on the path up, and where: its periods are read from there each time."""
+
+    path: str
+    cpus: float
+    directory: Path
+
+    def read(self) -> CpuQuota:
+        return CpuQuota(self.path, self.cpus, *_throttled_periods(self.directory))
+
+
+def find_cpu_quota(pid: int | None = None, *, proc: str = "/proc", mountinfo: str | None = None) -> FoundCpuQuota | None:
+    """:func:`read_cpu_quota`'s search, without the periods."""
     pid = os.getpid() if pid is None else pid
     try:
         mounts = find_mounts(mountinfo or f"{proc}/self/mountinfo", "cpu")
@@ -125,11 +144,9 @@ def read_cpu_quota(pid: int | None = None, *, proc: str = "/proc", mountinfo: st
         return None
     # the mount point too: a container's own cgroup is the root of what it mounts
     up = _up(Path(mounts[version].mount_point), directory, paths[version], including_top=True)
-    found = [(cpus, path, where) for where, path in up if (cpus := _cpu_quota(version, where)) is not None]
-    if not found:
-        return None
-    cpus, path, where = min(found, key=lambda quota: quota[0])
-    return CpuQuota(path, cpus, *_throttled_periods(where))
+    found = [FoundCpuQuota(path, cpus, where) for where, path in up
+             if (cpus := _cpu_quota(version, where)) is not None]
+    return min(found, key=lambda quota: quota.cpus, default=None)
 
 
 def _cpu_quota(version: CgroupVersion, directory: Path) -> float | None:

@@ -9,7 +9,7 @@ import time
 from typing import Callable
 
 from cliff_tui.events import NO_GPU, CgroupReading, CpuQuota, GpuReading, ProcessReading, Sample
-from cliff_tui.probes.cgroup import read_cgroup_memory, read_cpu_quota
+from cliff_tui.probes.cgroup import FoundCpuQuota, find_cpu_quota, read_cgroup_memory
 from cliff_tui.probes.amd import AmdSysfsProbe
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.shared_vram import SharedVramBackend, choose_backends, fill_shared
@@ -89,17 +89,22 @@ def _with_gpu_memory(process: ProcessReading, gpus: list[GpuReading], children: 
 
 
 CGROUP_EVERY_S = 2.0  # finding a cgroup reads /proc/self/mountinfo: the reading is kept this long
+CPU_QUOTA_FOUND_FOR_S = 30.0  # a CPU quota is searched for again this often; its periods read every time
 
 
 class CgroupLimits:
     """A process's (None: this one's) memory cgroup limit, where it is below RAM, and CPU quota;
-    read again every ``CGROUP_EVERY_S`` or when the followed process changes."""
+    read again every ``CGROUP_EVERY_S`` or when the followed process changes. Which quota applies
+    is searched for every ``CPU_QUOTA_FOUND_FOR_S`` only: most hosts have none, and it seldom
+    changes."""
 
     def __init__(self, every_s: float = CGROUP_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.every_s = every_s
         self._clock = clock
         self._key: tuple[int | None, float] | None = None
         self._last: tuple[CgroupReading | None, CpuQuota | None] = (None, None)
+        self._quota_key: tuple[int | None, float] | None = None
+        self._quota: FoundCpuQuota | None = None
 
     def read(self, pid: int | None, ram_total: int) -> tuple[CgroupReading | None, CpuQuota | None]:
         if not sys.platform.startswith("linux"):
@@ -113,8 +118,14 @@ class CgroupLimits:
         if memory.limit_bytes is not None and memory.limit_bytes < ram_total and memory.path is not None:
             limit = CgroupReading(memory.limited_by or memory.path, memory.limit_bytes, memory.usage_bytes,
                                   memory.swap_bytes)
-        self._last = (limit, read_cpu_quota(pid))
+        self._last = (limit, self._cpu_quota(pid, now))
         return self._last
+
+    def _cpu_quota(self, pid: int | None, now: float) -> CpuQuota | None:
+        key = self._quota_key
+        if key is None or key[0] != pid or now - key[1] >= CPU_QUOTA_FOUND_FOR_S:
+            self._quota, self._quota_key = find_cpu_quota(pid), (pid, now)
+        return self._quota.read() if self._quota is not None else None
 
 
 class SamplerThread:
