@@ -1,14 +1,14 @@
 """The ``memory_sandbox`` fixture: swap and a memory cgroup as root (tests/cgroup_cliff.py), skipped
 with the reason where the machine cannot host them, undone at teardown; ``child_in_cgroup``: a
-child process holding memory inside a cgroup of its own; ``quota_cgroup``: a cgroup held to a CPU
-quota."""
+child process holding memory inside a cgroup of its own; ``limited_cgroup``, ``quota_cgroup``: an
+empty cgroup with a memory limit, or held to a CPU quota."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 
 import pytest
 
@@ -35,12 +35,7 @@ def memory_sandbox() -> Iterator[MakeSandbox]:
 def child_in_cgroup(limit_bytes: int, hold_bytes: int) -> Iterator[tuple[Cgroup, subprocess.Popen]]:
     """As root: a cgroup limited to ``limit_bytes`` with a child in it holding ``hold_bytes``
     (skipped where no cgroup can be made); the child is gone and the cgroup removed on exit."""
-    with ExitStack() as stack:
-        try:
-            require_root()
-            made = stack.enter_context(cgroup(limit_bytes))
-        except Unavailable as exc:
-            pytest.skip(str(exc))
+    with limited_cgroup(limit_bytes) as made:
         code = f"x = bytearray({hold_bytes}); print('ready', flush=True); import time; time.sleep(30)"
         child = made.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline().strip() == "ready"
@@ -48,13 +43,27 @@ def child_in_cgroup(limit_bytes: int, hold_bytes: int) -> Iterator[tuple[Cgroup,
 
 
 @contextmanager
+def limited_cgroup(limit_bytes: int) -> Iterator[Cgroup]:
+    """As root: an empty memory cgroup limited to ``limit_bytes`` (skipped where none can be made);
+    its processes killed and the cgroup removed on exit."""
+    with _or_skip(lambda: cgroup(limit_bytes)) as made:
+        yield made
+
+
+@contextmanager
 def quota_cgroup(quota_us: int, period_us: int = 100_000) -> Iterator[Cgroup]:
     """As root: a cgroup whose processes may use ``quota_us`` of CPU time each ``period_us``
     (skipped where none can be made); its processes killed and the cgroup removed on exit."""
+    with _or_skip(lambda: cpu_cgroup(quota_us, period_us)) as made:
+        yield made
+
+
+@contextmanager
+def _or_skip(make: Callable[[], AbstractContextManager[Cgroup]]) -> Iterator[Cgroup]:
     with ExitStack() as stack:
         try:
             require_root()
-            made = stack.enter_context(cpu_cgroup(quota_us, period_us))
+            made = stack.enter_context(make())
         except Unavailable as exc:
             pytest.skip(str(exc))
         yield made

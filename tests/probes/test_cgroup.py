@@ -5,6 +5,7 @@ bind-mounted subtree)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -314,7 +315,7 @@ def test_real_cpu_quota_of_a_child():
 def test_the_sampler_searches_for_the_quota_seldom_and_reads_its_periods_each_time():
     from conftest_cgroup import quota_cgroup
 
-    from cliff_tui.probes.sampler import CPU_QUOTA_FOUND_FOR_S, CgroupLimits
+    from cliff_tui.probes.sampler import CGROUP_SEARCH_EVERY_S, CgroupLimits
 
     now = [0.0]
     limits = CgroupLimits(clock=lambda: now[0])
@@ -327,7 +328,36 @@ def test_the_sampler_searches_for_the_quota_seldom_and_reads_its_periods_each_ti
         time.sleep(0.4)
         now[0] = 2.5
         _, kept = limits.read(child.pid, 1 << 50)
-        now[0] = 2.5 + CPU_QUOTA_FOUND_FOR_S
+        now[0] = 2.5 + CGROUP_SEARCH_EVERY_S
         _, found = limits.read(child.pid, 1 << 50)
     assert (first.cpus, kept.cpus, found.cpus) == (0.5, 0.5, 0.8)
     assert kept.periods > first.periods and kept.throttled_periods > first.throttled_periods
+
+
+def test_the_sampler_finds_a_memory_limit_at_its_next_search_and_reads_its_use_in_between():
+    from conftest_cgroup import limited_cgroup
+
+    from cliff_tui.probes.sampler import CGROUP_SEARCH_EVERY_S, CgroupLimits
+
+    now = [0.0]
+    limits = CgroupLimits(clock=lambda: now[0])
+    code = "import sys; sys.stdin.readline(); x = bytearray(30 << 20); print('held', flush=True); sys.stdin.readline()"
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        with limited_cgroup(96 * MiB) as made:
+            assert limits.read(child.pid, 1 << 50)[0] is None  # no limit where it started
+            made.add(child.pid)
+            now[0] = 2.5
+            assert limits.read(child.pid, 1 << 50)[0] is None  # not searched for again yet
+            now[0] = CGROUP_SEARCH_EVERY_S
+            found = limits.read(child.pid, 1 << 50)[0]
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "held\n"
+            now[0] = CGROUP_SEARCH_EVERY_S + 2.5
+            later = limits.read(child.pid, 1 << 50)[0]
+    finally:
+        child.kill()
+        child.wait()
+    assert (found.path, found.limit_bytes) == (made.path, 96 * MiB)
+    assert later.usage_bytes >= found.usage_bytes + 30 * MiB  # read again between two searches

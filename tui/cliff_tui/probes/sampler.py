@@ -88,44 +88,51 @@ def _with_gpu_memory(process: ProcessReading, gpus: list[GpuReading], children: 
     return dataclasses.replace(process, reasons={**process.reasons, "gpu_used_bytes": reason})
 
 
-CGROUP_EVERY_S = 2.0  # finding a cgroup reads /proc/self/mountinfo: the reading is kept this long
-CPU_QUOTA_FOUND_FOR_S = 30.0  # a CPU quota is searched for again this often; its periods read every time
+CGROUP_EVERY_S = 2.0  # a cgroup's memory use and CPU periods are read again this often
+CGROUP_SEARCH_EVERY_S = 30.0  # whether a memory limit or a CPU quota applies, searched for this often
 
 
 class CgroupLimits:
-    """A process's (None: this one's) memory cgroup limit, where it is below RAM, and CPU quota;
-    read again every ``CGROUP_EVERY_S`` or when the followed process changes. Which quota applies
-    is searched for every ``CPU_QUOTA_FOUND_FOR_S`` only: most hosts have none, and it seldom
-    changes."""
+    """A process's (None: this one's) memory cgroup limit, where it is below RAM, and CPU quota.
+
+    What applies is searched for every ``CGROUP_SEARCH_EVERY_S`` or when the followed process
+    changes (most hosts have neither, and both seldom change); where something applies it is read
+    again every ``CGROUP_EVERY_S``."""
 
     def __init__(self, every_s: float = CGROUP_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.every_s = every_s
         self._clock = clock
-        self._key: tuple[int | None, float] | None = None
+        self._read_at: tuple[int | None, float] | None = None
+        self._searched_at: tuple[int | None, float] | None = None
         self._last: tuple[CgroupReading | None, CpuQuota | None] = (None, None)
-        self._quota_key: tuple[int | None, float] | None = None
         self._quota: FoundCpuQuota | None = None
 
     def read(self, pid: int | None, ram_total: int) -> tuple[CgroupReading | None, CpuQuota | None]:
         if not sys.platform.startswith("linux"):
             return None, None
         now = self._clock()
-        if self._key is not None and self._key[0] == pid and now - self._key[1] < self.every_s:
+        if not self._due(self._read_at, pid, now, self.every_s):
             return self._last
-        memory = read_cgroup_memory(pid)
-        self._key = (pid, now)
-        limit = None
-        if memory.limit_bytes is not None and memory.limit_bytes < ram_total and memory.path is not None:
-            limit = CgroupReading(memory.limited_by or memory.path, memory.limit_bytes, memory.usage_bytes,
-                                  memory.swap_bytes)
-        self._last = (limit, self._cpu_quota(pid, now))
+        self._read_at = (pid, now)
+        searching = self._due(self._searched_at, pid, now, CGROUP_SEARCH_EVERY_S)
+        if searching:
+            self._searched_at = (pid, now)
+            self._quota = find_cpu_quota(pid)
+        limit = self._memory_limit(pid, ram_total) if searching or self._last[0] is not None else None
+        self._last = (limit, self._quota.read() if self._quota is not None else None)
         return self._last
 
-    def _cpu_quota(self, pid: int | None, now: float) -> CpuQuota | None:
-        key = self._quota_key
-        if key is None or key[0] != pid or now - key[1] >= CPU_QUOTA_FOUND_FOR_S:
-            self._quota, self._quota_key = find_cpu_quota(pid), (pid, now)
-        return self._quota.read() if self._quota is not None else None
+    @staticmethod
+    def _due(last: tuple[int | None, float] | None, pid: int | None, now: float, every_s: float) -> bool:
+        return last is None or last[0] != pid or now - last[1] >= every_s
+
+    @staticmethod
+    def _memory_limit(pid: int | None, ram_total: int) -> CgroupReading | None:
+        memory = read_cgroup_memory(pid)
+        if memory.limit_bytes is None or memory.limit_bytes >= ram_total or memory.path is None:
+            return None
+        return CgroupReading(memory.limited_by or memory.path, memory.limit_bytes, memory.usage_bytes,
+                             memory.swap_bytes)
 
 
 class SamplerThread:
