@@ -341,7 +341,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
         from cliff_tui.report import sample_record
 
         sample = sampler.sample()
-        print(json.dumps(sample_record(sample), indent=2) if args.json else watch_line(sample))
+        # flushed first: where the reading cannot be written, that is the one line said
+        print(json.dumps(sample_record(sample), indent=2) if args.json else watch_line(sample), flush=True)
         if sample.no_vram and not args.json:
             print(f"cliff-tui: {sample.no_vram}", file=sys.stderr)
         return 0
