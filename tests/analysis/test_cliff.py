@@ -34,6 +34,21 @@ def test_decode_windows_reading_pages_back_name_the_depth_where_paging_began():
     assert verdict.depth == 1536, verdict
 
 
+def test_a_cache_paged_out_at_creation_read_back_by_the_first_windows_is_not_the_onset():
+    """The windows of a real run in a 64 MiB cgroup (default model, depth 3,072): the two baseline
+    windows read back what was paged out as the context was created, the shallow probes none."""
+    watch = RunWatch(kv_on_gpu=False)
+    watch.observe(sample(0, 0), 0)
+    recorded = [("baseline", 1, 8, 600), ("baseline", 9, 8, 836), ("probe", 384, 6, 112), ("probe", 768, 6, 0),
+                ("probe", 1152, 6, 1), ("probe", 1536, 6, 0), ("probe", 1920, 6, 677), ("probe", 2304, 6, 2729),
+                ("probe", 2688, 6, 24522), ("depth", 3072, 8, 43048), ("depth", 3080, 8, 44220)]
+    for phase, depth, n, faults in recorded:
+        watch.observe(sample(depth / 100, 76 * MiB), depth)
+        watch.decoded(window(depth, faults, phase, n))
+    verdict = cliff_verdict(watch.evidence(), None)
+    assert verdict.level == "red" and verdict.depth == 1920, verdict
+
+
 def test_pages_in_swap_that_decode_never_reads_back_are_no_cliff():
     watch = RunWatch(kv_on_gpu=False)
     watch.observe(sample(0, 0), 0)

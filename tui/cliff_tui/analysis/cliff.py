@@ -67,13 +67,18 @@ class RunWatch:
         """A decode window of this run: where it counted the pages read back meanwhile, they say
         exactly when decoding began to page (faults per second also count the prefill's writes
         into a cache paged out as it was created). Two windows running, as one slow window never
-        flips the state: the first after the context is created also reads its first pages back."""
+        flips the state; and the run that lasts: the first windows after the context is created
+        also read its first pages back, and then stop."""
         if window.major_faults is None or window.n_tokens <= 0:
             return
         reads_back = window.major_faults / window.n_tokens >= th.SWAP_IN_FAULTS_PER_TOKEN
         self._paging_run = self._paging_run + [window.depth] if reads_back else []
         self._window_reads_back = len(self._paging_run) >= th.CONFIRMING_WINDOWS
-        if self._window_reads_back and self._paging_depth is None:
+        if not reads_back:
+            # decode stopped reading pages back: what it read before was the cache paged out as it
+            # was created coming back, not the depth where the cache stopped fitting
+            self._paging_depth = None
+        elif self._window_reads_back and self._paging_depth is None:
             self._paging_depth = self._paging_run[0]
 
     def _start(self, sample: Sample) -> None:
