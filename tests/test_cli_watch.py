@@ -126,6 +126,20 @@ def test_the_one_line_reading_says_why_a_followed_process_has_no_rss():
     assert line.endswith(f"PID {gone.pid} RSS n/a (process {gone.pid} has exited)")
 
 
+def test_the_one_line_reading_names_the_followed_processs_cpu_quota():
+    """As root: a child in a cgroup held to half a CPU."""
+    from conftest_cgroup import quota_cgroup
+
+    with quota_cgroup(50_000) as made:
+        child = made.popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        sampler = Sampler(pid=child.pid)
+        try:
+            line = watch_line(sampler.sample())
+        finally:
+            sampler.close()
+    assert f"PID {child.pid} RSS " in line and line.endswith(f"  CPU quota 0.5 CPUs (cgroup {made.path})")
+
+
 def _no_vram() -> str | None:
     """Why this machine has no VRAM tier, as its sampler says (None: it has one)."""
     sampler = Sampler()

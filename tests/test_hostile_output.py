@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
-from cliff_tui.events import Alert, Notice, RunFailed
+from cliff_tui.events import Alert, CpuQuota, Notice, RunFailed
 from cliff_tui.headless import Headless, watch_line
 from cliff_tui.recording.export import export
 from cliff_tui.recording.reader import open_recording
@@ -155,6 +155,7 @@ def test_progress_lines_on_stderr_and_watch_lines_are_safe():
     assert not runnable(err.getvalue()) and err.getvalue().count("\n") == 3 * len(HOSTILE)
     assert inert(EVIL) in err.getvalue()
     assert not runnable(watch_line(replace(SAMPLE, process=replace(SAMPLE.process, name=EVIL))))
+    assert not runnable(watch_line(replace(SAMPLE, cpu_quota=CpuQuota(EVIL, 0.5, 10, 2))))
 
 
 def test_headless_run_of_a_gguf_with_a_hostile_name(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from cliff_tui.recording import demo
 from cliff_tui.events import DecodeWindow, Notice, RunSettings, Sample
 from cliff_tui.jobs.run import RunJob
+from cliff_tui.probes.cgroup import read_cpu_quota
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.recording.writer import Recorder
@@ -49,9 +50,30 @@ async def test_watch_shows_ram_says_why_no_vram_and_quits_fast():
         assert "System RAM" in text and "Swap" in text
         assert "No VRAM tier" in text and "RAM and swap are the memory tiers" in text
         assert "no token source" in text
+        assert ("CPU quota" in text) == (read_cpu_quota() is not None)  # shown only where one applies
         t = time.monotonic()
         await pilot.press("q")
     assert time.monotonic() - t < 1.0
+
+
+async def test_watch_of_a_process_held_to_a_cpu_quota_shows_the_quota_running_out():
+    """As root: a spinning child in a cgroup held to half a CPU; every period runs out."""
+    import subprocess
+    import sys
+
+    from conftest_cgroup import quota_cgroup
+
+    spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
+    with quota_cgroup(50_000) as made:
+        child = made.popen([sys.executable, "-c", spin], stdout=subprocess.DEVNULL)
+        app = CliffApp("watch", Session(sampler=Sampler(pid=child.pid), interval=0.2))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: (use := app.pipeline.cpu_quota.use) is not None
+                           and use.throttled_share is not None, timeout=20)
+            await pilot.pause(0.3)
+            text = screen_text(app)
+    assert f"CPU quota  0.5 CPUs  · cgroup {made.path}" in text
+    assert re.search(r"ran out in (9\d|100)% of its periods over the last \d+ s: its processes wait", text)
 
 
 async def test_the_keys_line_names_the_keys_and_a_click_on_one_runs_it():

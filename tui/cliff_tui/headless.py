@@ -92,4 +92,6 @@ def watch_line(s: Sample) -> str:
     if s.process is not None:
         rss, why = s.process.total_rss_bytes, s.process.reasons.get("rss_bytes")
         parts.append(f"PID {s.process.pid} RSS {fmt_bytes(rss)}" + (f" ({inert(why)})" if rss is None and why else ""))
+    if s.cpu_quota is not None:
+        parts.append(f"CPU quota {s.cpu_quota.words} (cgroup {inert(s.cpu_quota.path)})")
     return "  ".join(parts)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.buffers import by_kind, gpu_index_of, kv_device
 from cliff_tui.analysis.cliff import RunWatch, cliff_verdict, memory_sign
+from cliff_tui.analysis.cpu_quota import QuotaMeter
 from cliff_tui.analysis.signs import SignState, SpillBaselines, ram_trend, sign1, sign2, sign3
 from cliff_tui.analysis.speed import classify_speed
 from cliff_tui.events import (
@@ -128,6 +129,7 @@ class Pipeline:
         self._baselines = SpillBaselines()
         self._watch = RunWatch()  # an attached server's, or a watch with no run
         self._throttle: set[str] = set()
+        self.cpu_quota = QuotaMeter()  # the latest sample's cgroup CPU quota, and how often it ran out lately
         self.signs: dict[int, SignState] = {1: SignState(1, "na", "…", "waiting for a sample"),
                                             2: SignState(2, "ok", "RAM trend …", "collecting samples"),
                                             3: sign3(None)}
@@ -151,6 +153,7 @@ class Pipeline:
     def _on_sample(self, s: Sample) -> None:
         self.first = self.first or s
         self.latest = s
+        self.cpu_quota.observe(s.t, s.cpu_quota)
         h = self.history
         h.add("ram.used", s.t, s.ram.used_bytes)
         h.add("swap.used", s.t, s.swap.used_bytes)

@@ -13,6 +13,7 @@ from rich.style import Style
 from rich.text import Text
 
 from cliff_tui.analysis import thresholds as th
+from cliff_tui.analysis.cpu_quota import QuotaUse
 from cliff_tui.analysis.signs import SignState
 from cliff_tui.events import GpuReading, Sample
 from cliff_tui.pipeline import Pipeline
@@ -166,6 +167,8 @@ def panels(p: Pipeline, source_hint: str = NO_SOURCE, per_column: int = 1) -> li
     out.append(_swap_panel(p, s, per_column))
     if s.process is not None:
         out.append(_process_panel(p, s, per_column))
+    if (use := p.cpu_quota.use) is not None:
+        out.append(_quota_panel(use))
     out.append(_tokens_panel(p, source_hint))
     return out
 
@@ -295,6 +298,19 @@ def _process_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
         value += f"  · GPU {fmt_bytes(proc.gpu_used_bytes)}"
     return Panel("proc", f"PID {proc.pid} {proc.name or ''}".rstrip(" "), value,
                  _byte_graphs(p, "process.rss", s.ram_capacity_bytes, per_column), version=_version(p, "process.rss", per_column))
+
+
+def _quota_panel(use: QuotaUse) -> Panel:
+    """The CPU time the followed process's cgroup may use (Docker --cpus, a Kubernetes limit), and
+    how often its processes spent it and waited for the next period lately."""
+    quota = use.quota
+    value = f"{quota.words}  · cgroup {quota.path}"
+    if use.throttled_share is None:
+        return Panel("cpu", "CPU quota", value, None, "counting its periods…")
+    note = f"ran out in {use.throttled_share:.0%} of its periods over the last {use.seconds:.0f} s"
+    if use.throttled:
+        note += ": its processes wait for each period's end"
+    return Panel("cpu", "CPU quota", value, None, note, AMBER if use.throttled else DIM)
 
 
 def _tokens_panel(p: Pipeline, hint: str) -> Panel:
