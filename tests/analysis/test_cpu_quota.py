@@ -54,3 +54,26 @@ def test_unreadable_periods_keep_the_quota_without_a_share():
     meter.observe(0.0, quota(0, 0))
     meter.observe(3.0, quota(None, None))
     assert meter.use.quota.cpus == 0.5 and meter.use.throttled_share is None
+
+
+def test_a_clock_that_went_back_or_a_gap_longer_than_the_window_starts_afresh():
+    meter = QuotaMeter(window_s=10)
+    meter.observe(100.0, quota(0, 0))
+    meter.observe(105.0, quota(50, 50))
+    meter.observe(103.0, quota(60, 60))  # the clock set back
+    assert (meter.use.throttled_share, meter.use.seconds) == (None, 0.0)
+    meter.observe(108.0, quota(110, 60))
+    assert meter.use.throttled_share == 0.0
+    meter.observe(400.0, quota(3000, 3000))  # a suspended machine, a hole in a recording
+    assert (meter.use.throttled_share, meter.use.seconds) == (None, 0.0)
+
+
+def test_a_cgroup_that_ran_little_over_a_whole_window_has_a_share_of_its_few_periods():
+    meter = QuotaMeter(window_s=10)
+    meter.observe(0.0, quota(0, 0))
+    meter.observe(5.0, quota(3, 1))
+    assert meter.use.throttled_share is None  # few periods, and the window not over yet
+    meter.observe(10.0, quota(16, 4))
+    assert meter.use.throttled_share == 0.25 and meter.use.throttled
+    meter.observe(20.0, quota(16, 4))  # nothing ran
+    assert meter.use.throttled_share == 0.0

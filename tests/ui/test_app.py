@@ -72,8 +72,8 @@ async def test_watch_of_a_process_held_to_a_cpu_quota_shows_the_quota_running_ou
                            and use.throttled_share is not None, timeout=20)
             await pilot.pause(0.3)
             text = screen_text(app)
-    assert f"CPU quota  0.5 CPUs  · cgroup {made.path}" in text
-    assert re.search(r"ran out in (9\d|100)% of its periods over the last \d+ s: its processes wait", text)
+    assert f"CPU quota  0.5 CPUs  · cgroup {made.path} (PID {child.pid}'s)" in text
+    assert re.search(r"throttled in (9\d|100)% of its periods over the last \d+ s: its processes spent the quota", text)
 
 
 async def test_the_keys_line_names_the_keys_and_a_click_on_one_runs_it():

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cliff_tui.analysis import thresholds as th
+from cliff_tui.analysis.cpu_quota import periods_between, ran_out_often, throttled_share
 from cliff_tui.events import CliffEvidence, CliffVerdict, CpuQuota, DecodeWindow, Sample, SpeedVerdict
 from cliff_tui.units import fmt_bytes
 
@@ -170,14 +171,12 @@ class RunWatch:
         prev = self._last
         if prev is None or prev.process is None or s.process is None or prev.process.pid != s.process.pid:
             return
-        a, b = prev.cpu_quota, s.cpu_quota
-        if a is None or b is None or a.path != b.path:
+        counted = periods_between(prev.cpu_quota, s.cpu_quota)
+        if counted is None:
             return
-        if None in (a.periods, b.periods, a.throttled_periods, b.throttled_periods) or b.periods < a.periods:
-            return  # unread, or a new cgroup of the same name
-        self._periods += b.periods - a.periods
-        self._throttled_periods += max(0, b.throttled_periods - a.throttled_periods)
-        self._quota = b
+        self._periods += counted[0]
+        self._throttled_periods += counted[1]
+        self._quota = s.cpu_quota
 
     @property
     def load_cores(self) -> float | None:
@@ -188,16 +187,14 @@ class RunWatch:
     def throttled_share(self) -> float | None:
         """The share of its cgroup's CPU periods since the run began that ran out of quota (None:
         no quota, or too few periods yet)."""
-        if self._periods < th.THROTTLED_MIN_PERIODS:
-            return None
-        return min(1.0, self._throttled_periods / self._periods)
+        return throttled_share(self._periods, self._throttled_periods)
 
     @property
     def cpu_cause(self) -> str | None:
         """What took CPU from the run, where it was enough to slow a decode: its cgroup's quota
         running out, else other processes."""
         share, quota = self.throttled_share, self._quota
-        if share is not None and quota is not None and quota.cpus > 0 and share >= th.THROTTLED_SHARE:
+        if quota is not None and quota.cpus > 0 and ran_out_often(share):
             return (f"its cgroup's CPU quota ({quota.words}, {quota.path}) ran out in {share:.0%} of the "
                     "periods while it decoded")
         load = self.load_cores

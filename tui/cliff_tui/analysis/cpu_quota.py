@@ -1,8 +1,9 @@
-"""How often a cgroup's CPU quota ran out lately: the share of its enforcement periods, over the
-last seconds, in which its processes spent their quota and waited for the next period.
+"""A cgroup's CPU quota running out: the share of its enforcement periods in which its processes
+spent their quota and waited for the next period ("throttled", as docker stats and Kubernetes say).
 
-A run's verdict counts the periods of the whole run (:class:`cliff_tui.analysis.cliff.RunWatch`);
-this is the live figure a screen shows beside it.
+The rules for counting periods live here: a run's verdict counts the periods of the whole run
+(:class:`cliff_tui.analysis.cliff.RunWatch`), and :class:`QuotaMeter` those of the last seconds,
+which a screen shows.
 """
 
 from __future__ import annotations
@@ -16,11 +17,37 @@ from cliff_tui.events import CpuQuota
 RECENT_S = 10.0
 
 
+def periods_between(a: CpuQuota | None, b: CpuQuota | None) -> tuple[int, int] | None:
+    """The periods and the throttled periods from reading ``a`` to reading ``b`` of one cgroup;
+    None where either is missing or unread, they are of different cgroups, or the counters went
+    back (the cgroup made again under the same name)."""
+    if a is None or b is None or a.path != b.path:
+        return None
+    if None in (a.periods, b.periods, a.throttled_periods, b.throttled_periods) or b.periods < a.periods:
+        return None
+    return b.periods - a.periods, max(0, b.throttled_periods - a.throttled_periods)
+
+
+def throttled_share(periods: int, throttled: int, *, enough: bool = False) -> float | None:
+    """The share of ``periods`` that ran out of quota; None below
+    :data:`~cliff_tui.analysis.thresholds.THROTTLED_MIN_PERIODS` unless the count is ``enough``
+    as it is (a cgroup that used little CPU over a whole window has few periods)."""
+    if periods <= 0:
+        return 0.0 if enough else None
+    if periods < th.THROTTLED_MIN_PERIODS and not enough:
+        return None
+    return min(1.0, throttled / periods)
+
+
+def ran_out_often(share: float | None) -> bool:
+    """Often enough to slow what runs in the cgroup: each throttled period stalls it to its end."""
+    return share is not None and share >= th.THROTTLED_SHARE
+
+
 @dataclass(frozen=True)
 class QuotaUse:
     """A cgroup's CPU quota and the share of its periods over the last ``seconds`` that ran out
-    of it (None until :data:`~cliff_tui.analysis.thresholds.THROTTLED_MIN_PERIODS` have passed,
-    or where its periods cannot be read)."""
+    of it (None until enough periods were counted, or where they cannot be read)."""
 
     quota: CpuQuota
     throttled_share: float | None
@@ -28,26 +55,28 @@ class QuotaUse:
 
     @property
     def throttled(self) -> bool:
-        return self.throttled_share is not None and self.throttled_share >= th.THROTTLED_SHARE
+        return ran_out_often(self.throttled_share)
 
 
 class QuotaMeter:
-    """The periods of one cgroup's quota over a sliding window; a new cgroup, or counters that
-    went back (the cgroup made again under the same name), start it afresh."""
+    """The readings of one cgroup's quota over a sliding window. A new cgroup, counters that went
+    back, a clock that went back or a gap longer than the window start it afresh."""
 
     def __init__(self, window_s: float = RECENT_S) -> None:
         self.window_s = window_s
         self._quota: CpuQuota | None = None
-        self._points: deque[tuple[float, int, int]] = deque()  # t, periods, throttled periods
+        self._points: deque[tuple[float, CpuQuota]] = deque()
 
     def observe(self, t: float, quota: CpuQuota | None) -> None:
-        previous, self._quota = self._quota, quota
+        self._quota = quota
         if quota is None or quota.periods is None or quota.throttled_periods is None:
             self._points.clear()
             return
-        if previous is None or previous.path != quota.path or (self._points and quota.periods < self._points[-1][1]):
-            self._points.clear()
-        self._points.append((t, quota.periods, quota.throttled_periods))
+        if self._points:
+            last_t, last = self._points[-1]
+            if periods_between(last, quota) is None or not last_t < t <= last_t + self.window_s:
+                self._points.clear()
+        self._points.append((t, quota))
         while len(self._points) > 2 and self._points[1][0] <= t - self.window_s:
             self._points.popleft()  # the oldest kept is the last one at or before the window's start
 
@@ -58,7 +87,6 @@ class QuotaMeter:
             return None
         if len(self._points) < 2:
             return QuotaUse(self._quota, None, 0.0)
-        (t0, periods0, throttled0), (t1, periods1, throttled1) = self._points[0], self._points[-1]
-        periods = periods1 - periods0
-        share = None if periods < th.THROTTLED_MIN_PERIODS else min(1.0, max(0, throttled1 - throttled0) / periods)
-        return QuotaUse(self._quota, share, t1 - t0)
+        (t0, first), (t1, last) = self._points[0], self._points[-1]
+        periods, throttled = periods_between(first, last) or (0, 0)
+        return QuotaUse(self._quota, throttled_share(periods, throttled, enough=t1 - t0 >= self.window_s), t1 - t0)

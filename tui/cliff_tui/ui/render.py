@@ -15,7 +15,7 @@ from rich.text import Text
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.cpu_quota import QuotaUse
 from cliff_tui.analysis.signs import SignState
-from cliff_tui.events import GpuReading, Sample
+from cliff_tui.events import GpuReading, ProcessReading, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import inert
 from cliff_tui.ui.graph import Graph, zoom_range
@@ -168,7 +168,7 @@ def panels(p: Pipeline, source_hint: str = NO_SOURCE, per_column: int = 1) -> li
     if s.process is not None:
         out.append(_process_panel(p, s, per_column))
     if (use := p.cpu_quota.use) is not None:
-        out.append(_quota_panel(use))
+        out.append(_quota_panel(use, s.process))
     out.append(_tokens_panel(p, source_hint))
     return out
 
@@ -300,16 +300,17 @@ def _process_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
                  _byte_graphs(p, "process.rss", s.ram_capacity_bytes, per_column), version=_version(p, "process.rss", per_column))
 
 
-def _quota_panel(use: QuotaUse) -> Panel:
-    """The CPU time the followed process's cgroup may use (Docker --cpus, a Kubernetes limit), and
-    how often its processes spent it and waited for the next period lately."""
+def _quota_panel(use: QuotaUse, process: ProcessReading | None) -> Panel:
+    """The CPU time a cgroup may use (Docker --cpus, a Kubernetes limit): the followed process's,
+    else cliff-tui's own; and how often its processes spent it and waited for the next period."""
     quota = use.quota
-    value = f"{quota.words}  · cgroup {quota.path}"
+    whose = f"PID {process.pid}'s" if process is not None else "cliff-tui's own"
+    value = f"{quota.words}  · cgroup {quota.path} ({whose})"
     if use.throttled_share is None:
         return Panel("cpu", "CPU quota", value, None, "counting its periods…")
-    note = f"ran out in {use.throttled_share:.0%} of its periods over the last {use.seconds:.0f} s"
+    note = f"throttled in {use.throttled_share:.0%} of its periods over the last {use.seconds:.0f} s"
     if use.throttled:
-        note += ": its processes wait for each period's end"
+        note += ": its processes spent the quota and waited for the next period"
     return Panel("cpu", "CPU quota", value, None, note, AMBER if use.throttled else DIM)
 
 
