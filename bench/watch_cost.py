@@ -4,7 +4,7 @@ Runs `cliff-tui watch -i 0.25` (4 Hz) and btop (Debian's package, update_ms = 25
 temporary config) side by side, each in its own pseudo-terminal of 120×40, for --minutes.
 Both ptys are drained continuously, as a terminal would. Reports, per tool: CPU seconds per
 minute (user + system, children included), bytes written to the terminal per second, and for
-cliff-tui the RSS after 1 minute and at the end.
+cliff-tui the RSS after 1 minute and at the end, and each of its threads' CPU and wake-ups.
 
     python bench/watch_cost.py --minutes 10            # the figures in bench/RESULTS.md
     python bench/watch_cost.py --minutes 3 --churn 6   # RAM moving: every frame repaints
@@ -60,6 +60,20 @@ class Terminal:
 
     def rss(self) -> int:
         return psutil.Process(self.proc.pid).memory_info().rss
+
+    def threads(self) -> dict[int, tuple[float, int]]:
+        """Each thread's CPU seconds and voluntary context switches (its wake-ups), by thread id."""
+        out = {}
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{self.proc.pid}/task/{tid}/status") as f:
+                    woken = int(f.read().split("\nvoluntary_ctxt_switches:")[1].split()[0])
+            except (OSError, IndexError):
+                continue
+            out[int(tid)] = ((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), woken)
+        return out
 
 
 def spawn(name: str, argv: list[str], env: dict[str, str]) -> Terminal:
@@ -254,6 +268,7 @@ def main() -> int:
     try:
         drain(terminals, args.warmup)
         start = {t.name: (t.cpu_seconds(), t.bytes_read, time.monotonic()) for t in terminals}
+        threads = terminals[0].threads()
         total = args.minutes * 60
         drain(terminals, min(60, total))
         terminals[0].rss_samples[1.0] = terminals[0].rss()
@@ -261,6 +276,7 @@ def main() -> int:
             drain(terminals, total - 60)
         terminals[0].rss_samples[args.minutes] = terminals[0].rss()
         report(terminals, start)
+        report_threads(threads, terminals[0].threads(), time.monotonic() - start[terminals[0].name][2])
     finally:
         if churn is not None:
             churn.kill()
@@ -290,6 +306,20 @@ def report(terminals: list[Terminal], start: dict) -> None:
     print(f"cliff-tui RSS after {minutes[0]:g} min: {rss[minutes[0]] / 2**20:.1f} MiB; "
           f"after {minutes[-1]:g} min: {rss[minutes[-1]] / 2**20:.1f} MiB "
           f"({(rss[minutes[-1]] - rss[minutes[0]]) / 2**20:+.1f} MiB)")
+
+
+# cliff-tui's threads in the order they start: the sampler starts before the app loads, Textual's
+# driver starts its output writer before its input reader
+THREADS = ("main (Textual's loop, the frames)", "sampler", "Textual's output writer", "Textual's input reader")
+
+
+def report_threads(before: dict[int, tuple[float, int]], after: dict[int, tuple[float, int]], elapsed: float) -> None:
+    print("\n| cliff-tui thread | CPU s per minute | wake-ups per second |")
+    print("| --- | ---: | ---: |")
+    for i, tid in enumerate(sorted(set(before) & set(after))):
+        (cpu0, woken0), (cpu1, woken1) = before[tid], after[tid]
+        name = THREADS[i] if i < len(THREADS) else f"thread {tid}"
+        print(f"| {name} | {(cpu1 - cpu0) / elapsed * 60:.2f} | {(woken1 - woken0) / elapsed:.1f} |")
 
 
 if __name__ == "__main__":
