@@ -15,7 +15,9 @@ import asyncio
 import base64
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -63,20 +65,34 @@ async def screenshot(url: str, out: Path, *, size: tuple[int, int] = (1280, 800)
     with tempfile.TemporaryDirectory(prefix="cliff-chromium-") as profile:
         proc = subprocess.Popen([chromium, *FLAGS, f"--user-data-dir={profile}",
                                  f"--window-size={size[0]},{size[1]}", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             endpoint = await _endpoint(Path(profile), proc, timeout_s)
             async with aiohttp.ClientSession() as http, http.ws_connect(endpoint, max_msg_size=0) as ws:
                 png = await _shoot(DevTools(ws), url, size, ready, settle_s, timeout_s)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end_group(proc)
     out.write_bytes(png)
     return out
+
+
+def _end_group(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """End Chromium and every process it started (renderer, GPU, zygote): one left behind still
+    writes into the profile while it is being removed."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            proc.poll()  # reaps the browser itself; its children are reaped by init
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+    proc.wait()
 
 
 async def _endpoint(profile: Path, proc: subprocess.Popen, timeout_s: float) -> str:
