@@ -68,7 +68,7 @@ async def test_watch_of_a_process_held_to_a_cpu_quota_shows_the_quota_running_ou
         child = made.popen([sys.executable, "-c", spin], stdout=subprocess.DEVNULL)
         app = CliffApp("watch", Session(sampler=Sampler(pid=child.pid), interval=0.2))
         async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: (use := app.pipeline.cpu_quota.use) is not None
+            await wait_for(pilot, lambda: (use := app.pipeline.quota_meter.use) is not None
                            and use.throttled_share is not None, timeout=20)
             await pilot.pause(0.3)
             text = screen_text(app)

@@ -129,7 +129,7 @@ class Pipeline:
         self._baselines = SpillBaselines()
         self._watch = RunWatch()  # an attached server's, or a watch with no run
         self._throttle: set[str] = set()
-        self.cpu_quota = QuotaMeter()  # the latest sample's cgroup CPU quota, and how often it ran out lately
+        self.quota_meter = QuotaMeter()  # the latest sample's cgroup CPU quota, and how often it ran out lately
         self.signs: dict[int, SignState] = {1: SignState(1, "na", "…", "waiting for a sample"),
                                             2: SignState(2, "ok", "RAM trend …", "collecting samples"),
                                             3: sign3(None)}
@@ -153,7 +153,7 @@ class Pipeline:
     def _on_sample(self, s: Sample) -> None:
         self.first = self.first or s
         self.latest = s
-        self.cpu_quota.observe(s.t, s.cpu_quota)
+        self.quota_meter.observe(s.t, s.cpu_quota)
         h = self.history
         h.add("ram.used", s.t, s.ram.used_bytes)
         h.add("swap.used", s.t, s.swap.used_bytes)

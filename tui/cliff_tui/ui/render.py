@@ -167,7 +167,7 @@ def panels(p: Pipeline, source_hint: str = NO_SOURCE, per_column: int = 1) -> li
     out.append(_swap_panel(p, s, per_column))
     if s.process is not None:
         out.append(_process_panel(p, s, per_column))
-    if (use := p.cpu_quota.use) is not None:
+    if (use := p.quota_meter.use) is not None:
         out.append(_quota_panel(use, s.process))
     out.append(_tokens_panel(p, source_hint))
     return out
