@@ -11,15 +11,17 @@ never as markup: ``Text`` and segments for the widgets, ``markup=False`` for the
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
 from rich.text import Text
-from textual import work
+from textual import constants, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.scalar import Unit
+from textual.driver import Driver
 from textual.worker import Worker, WorkerState
 
 from cliff_tui.errors import CliffError
@@ -74,6 +76,15 @@ class CliffApp(App):
         self._drawn: object = None
         self._switching = False  # the projection has content but is out of view: `v` shows it
         self.session.alert_listeners.append(self._notify_alert)
+
+    def get_driver_class(self) -> type[Driver]:
+        """On Linux and macOS a driver whose input thread sleeps until a key comes, unless
+        ``TEXTUAL_DRIVER`` names another (textual-serve's browser tabs)."""
+        if constants.DRIVER is None and sys.platform != "win32":
+            from cliff_tui.ui.terminal import QuietLinuxDriver
+
+            return QuietLinuxDriver
+        return super().get_driver_class()
 
     @property
     def pipeline(self) -> Pipeline:

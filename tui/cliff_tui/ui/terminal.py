@@ -1,0 +1,111 @@
+"""The terminal driver on Linux and macOS: Textual's own, with an input thread that sleeps until
+a key comes.
+
+Textual's input thread wakes every 0.1 s to see whether the app is ending: ten wake-ups a
+second on a dashboard that nobody types into, about a seventh of what `watch` costs while RAM
+churns (``bench/RESULTS.md``). Here the thread blocks in ``select`` on the terminal and on a
+pipe that the driver's exit event writes to, and wakes on its own only once after a key, when
+Textual's escape delay is up, so that a lone Escape is still reported."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import threading
+import time
+from codecs import getincrementaldecoder
+from typing import Any
+
+from textual import constants
+from textual._parser import ParseError
+from textual._xterm_parser import XTermParser  # the parser Textual's own driver feeds
+from textual.drivers.linux_driver import LinuxDriver
+
+_TERMINAL, _WAKE = "terminal", "wake"
+_ESCAPE_MARGIN_S = 0.01  # the parser times its escape delay from a moment later than ours
+
+
+class _WakingEvent(threading.Event):
+    """An event that, when set, also writes a byte to a pipe: a thread blocked in ``select`` on
+    the pipe's other end sees it at once."""
+
+    def __init__(self, wake_fd: int) -> None:
+        super().__init__()
+        self._wake_fd: int | None = wake_fd
+
+    def set(self) -> None:
+        super().set()
+        if self._wake_fd is None:
+            return
+        try:
+            os.write(self._wake_fd, b"!")
+        except BlockingIOError:  # the pipe is full: the thread has a wake-up waiting already
+            pass
+
+    def stop_waking(self) -> None:
+        """Before the pipe is closed: its number may soon name another file."""
+        self._wake_fd = None
+
+
+class QuietLinuxDriver(LinuxDriver):
+    """Textual's Linux/macOS driver, its input thread woken by input or exit only."""
+
+    def __init__(self, app: Any, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self._exit = _WakingEvent(self._wake_write)
+        self.exit_event = self._exit
+
+    def run_input_thread(self) -> None:
+        parser = XTermParser(self._debug)
+        decode = getincrementaldecoder("utf-8")().decode
+        selector = selectors.SelectSelector()  # as Textual's: macOS's kqueue can't watch a tty
+        selector.register(self.fileno, selectors.EVENT_READ, _TERMINAL)
+        selector.register(self._wake_read, selectors.EVENT_READ, _WAKE)
+        escape_due: float | None = None
+        try:
+            self._drain_wake()
+            while not self.exit_event.is_set():
+                timeout = None if escape_due is None else max(0.0, escape_due - time.monotonic())
+                for key, _ in selector.select(timeout):
+                    if key.data == _WAKE:
+                        self._drain_wake()
+                        continue
+                    data = os.read(self.fileno, 4096)
+                    if not data:  # the terminal closed: nothing more will come from it
+                        selector.unregister(self.fileno)
+                        continue
+                    text = decode(data)
+                    for event in parser.feed(text):
+                        self.process_message(event)
+                    if "\x1b" in text:  # the parser may be waiting to learn whether a sequence follows
+                        escape_due = time.monotonic() + constants.ESCAPE_DELAY + _ESCAPE_MARGIN_S
+                if escape_due is not None and time.monotonic() >= escape_due:
+                    escape_due = None
+                for event in parser.tick():  # reports a lone Escape once its delay is up
+                    self.process_message(event)
+        finally:
+            selector.close()
+            try:
+                for _ in parser.feed(""):
+                    pass
+            except (EOFError, ParseError):
+                pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_read, 64):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        super().close()
+        self._exit.stop_waking()
+        for fd in (self._wake_read, self._wake_write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
