@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.style import Style
 from textual.app import App, ComposeResult
 from textual.geometry import Region
+from textual.widget import Widget
 
 from cliff_tui.ui.render import fit_line
 from cliff_tui.ui.graph import BARS, GAP, MARK, Graph, zoom_range
@@ -113,3 +114,34 @@ async def test_line_view_builds_again_only_the_parts_whose_key_changed():
         view.show_parts(((("head", 2), part("head", "6.2 GiB")), (("graph", 1), part("graph", "▇█"))))
         assert built == ["head"]  # the graph's key is as before: its lines are kept, not built
         assert [view.render_line(y).text.rstrip() for y in (0, 1)] == ["6.2 GiB", "▁▂"]
+
+
+class _StyledViews(App):
+    CSS = """
+    #plain { color: $text-muted; background: $panel; }
+    #padded { padding: 0 2; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield LineView(id="plain")
+        yield LineView(id="padded")
+
+
+def _cells(strips) -> list[list[tuple[str, Style | None]]]:
+    return [[(text, style) for segment in strip for text, style, _ in [segment] for _ in text]
+            for strip in strips]
+
+
+async def test_line_view_hands_the_compositor_what_textuals_styling_pass_would():
+    app = _StyledViews()
+    async with app.run_test(size=(40, 8)) as pilot:
+        plain, padded = app.query_one("#plain", LineView), app.query_one("#padded", LineView)
+        lines = lambda w: [fit_line([("RAM ", Style(bold=True)), ("6.1 GiB ▁▂▃", Style(color="red"))], w),
+                           fit_line([("swap", None)], w)]
+        plain.show(1, lines)
+        padded.show(1, lines)
+        await pilot.pause()
+        for view in (plain, padded):
+            for crop in (Region(0, 0, 40, 2), Region(3, 1, 20, 1)):
+                assert _cells(view.render_lines(crop)) == _cells(Widget.render_lines(view, crop))
+        assert padded.render_lines(Region(0, 0, 40, 1))[0].text.startswith("  RAM")

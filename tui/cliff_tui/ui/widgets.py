@@ -115,6 +115,33 @@ class LineView(Widget):
             return max(1, len(self._lines))  # built for this width already
         return max(1, len(self._make(width)))
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The lines in ``crop`` as built, through the app's line filters only. Textual's
+        styling pass, which would lay a border, padding, tint or opacity on each line, would here
+        only copy lines that already hold the widget's style at its full width (every frame, a
+        seventh of what `watch` costs while RAM churns); a view styled with any of those gets it."""
+        if not self._plain():
+            return super().render_lines(crop)
+        width = self.size.width
+        if self._drawn[1:] != (width,):
+            self._build(self._drawn[0] if self._drawn else None, width)
+        filters = self.get_line_filters()
+        background = self.background_colors[1]
+        strips = []
+        for y in crop.line_range:
+            strip = self._strips[y] if y < len(self._strips) else Strip.blank(width, self._base)
+            for line_filter in filters:
+                strip = strip.apply_filter(line_filter, background)
+            strips.append(strip)
+        if crop.column_span != (0, width):
+            strips = [strip.crop(*crop.column_span) for strip in strips]
+        return strips
+
+    def _plain(self) -> bool:
+        styles = self.styles
+        return (not any(styles.gutter) and not any(edge for edge, _ in styles.outline) and not styles.tint.a
+                and self.opacity == 1.0 and not (styles.has_rule("hatch") and styles.hatch != "none"))
+
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if self._drawn[1:] != (width,):
@@ -150,6 +177,7 @@ class KeysLine(LineView):
     looks up each key's Unicode name to learn whether it types a character."""
 
     COMPONENT_CLASSES = {"keys-line--key"}
+    render_lines = Widget.render_lines  # Textual's pass: it styles a key's link under the mouse
     DEFAULT_CSS = """
     KeysLine { height: 1; background: $footer-background; color: $footer-foreground; }
     KeysLine > .keys-line--key { color: $footer-key-foreground; text-style: bold; }
