@@ -55,6 +55,9 @@ def test_fit_line_cuts_with_an_ellipsis_only_when_too_wide():
     cut = fit_line(parts, 16)
     assert "".join(s.text for s in cut) == "System RAM  6.4…"
     assert sum(s.cell_length for s in cut) == 16
+    wide = [("模型 Qwen", None), ("  ▁▂ 6.4 GiB", None)]  # a CJK name: two cells a character
+    assert "".join(s.text for s in fit_line(wide, 21)) == "模型 Qwen  ▁▂ 6.4 GiB"  # 19 characters
+    assert "".join(s.text for s in fit_line(wide, 20)) == "模型 Qwen  ▁▂ 6.4 G…"
 
 
 class _OneView(App):

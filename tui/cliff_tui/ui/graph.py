@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Sequence
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 
@@ -23,6 +24,15 @@ MARK = "╌"
 _EIGHTHS = len(BARS) - 1
 _BAR_CHARS = tuple(BARS)  # one object per character: a string's own index makes a new one each time
 ONE_CELL = frozenset(BARS + GAP + MARK)  # every character a graph draws is one cell wide
+
+
+def line_cells(line: Sequence[Segment]) -> int:
+    """A line's width in cells. Rich measures a string through a cache of the last 4,096 it
+    measured, and a reading's or a graph's text is new every time it moves: it would fill that
+    cache and hold about a megabyte, and miss it every frame. ASCII and a graph's characters are
+    counted as they are."""
+    return sum(len(text) if text.isascii() or ONE_CELL.issuperset(text) else cell_len(text)
+               for text, _, control in line if not control)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from cliff_tui.analysis.signs import SignState
 from cliff_tui.events import GpuReading, ProcessReading, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import inert
-from cliff_tui.ui.graph import Graph, zoom_range
+from cliff_tui.ui.graph import Graph, line_cells, zoom_range
 from cliff_tui.units import GiB, MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_share, fmt_tok_s
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def with_rows(panels: list["Panel"], rows: int) -> list["Panel"]:
 
 
 def fit_line_segments(segments: list[Segment], width: int) -> list[Segment]:
-    if sum(segment.cell_length for segment in segments) <= width:
+    if line_cells(segments) <= width:
         return segments
     return Segment.adjust_line_length(segments, width)
 
@@ -144,7 +144,7 @@ def fit_line(parts: Parts, width: int) -> list[Segment]:
     """One line of styled parts, cut with an ellipsis where it is wider than ``width``. Segments
     are never markup; ``inert`` keeps a control character that got past the boundaries off the screen."""
     segments = [Segment(inert(text), style) for text, style in parts if text]
-    if sum(segment.cell_length for segment in segments) <= width:
+    if line_cells(segments) <= width:
         return segments
     if width <= 0:
         return []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual.containers import VerticalScroll
@@ -14,7 +13,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from cliff_tui.ui.graph import ONE_CELL
+from cliff_tui.ui.graph import line_cells
 
 
 
@@ -104,7 +103,7 @@ class LineView(Widget):
     def _strip(self, line: list[Segment], width: int) -> Strip:
         """A line as the strip ``render_line`` returns on every call: full width already, so the
         compositor's cuts of it, which Textual caches on the strip, are made once."""
-        return Strip(line, _cells(line)).apply_style(self._base).extend_cell_length(width, self._base)
+        return Strip(line, line_cells(line)).apply_style(self._base).extend_cell_length(width, self._base)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -151,14 +150,6 @@ class LineView(Widget):
         return Strip.blank(width, self._base)
 
 
-def _cells(line: list[Segment]) -> int:
-    """A line's width in cells. Rich measures a string through a cache of the last 4,096 it
-    measured, and a graph's lines are new strings every time it moves: they would fill that
-    cache and hold about a megabyte. ASCII and a graph's characters are counted as they are."""
-    return sum(len(text) if text.isascii() or ONE_CELL.issuperset(text) else cell_len(text)
-               for text, _, control in line if not control)
-
-
 def _row_runs(rows: list[int], width: int) -> list[Region]:
     """Each run of consecutive rows as one region ``width`` wide."""
     regions: list[Region] = []
@@ -189,4 +180,4 @@ class KeysLine(LineView):
         line = [segment for shown, description, action in keys
                 for segment in (Segment(f" {shown} ", key_style + Style.from_meta({"@click": f"app.{action}"})),
                                 Segment(f"{description} ", Style.from_meta({"@click": f"app.{action}"})))]
-        self.show(tuple(keys), lambda width: [Segment.adjust_line_length(line, width) if width < _cells(line) else line])
+        self.show(tuple(keys), lambda width: [Segment.adjust_line_length(line, width) if width < line_cells(line) else line])
