@@ -4,8 +4,9 @@ a key comes.
 Textual's input thread wakes every 0.1 s to see whether the app is ending: ten wake-ups a
 second on a dashboard that nobody types into, about a seventh of what `watch` costs while RAM
 churns (``bench/RESULTS.md``). Here the thread blocks in ``select`` on the terminal and on a
-pipe that the driver's exit event writes to, and wakes on its own only once after a key, when
-Textual's escape delay is up, so that a lone Escape is still reported."""
+pipe that the driver's exit event writes to. It wakes on its own only when Textual's escape
+delay is up after input that held an ESC (an Escape key, an arrow, a mouse report), so that a
+lone Escape is still reported."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from textual._xterm_parser import XTermParser  # the parser Textual's own driver
 from textual.drivers.linux_driver import LinuxDriver
 
 _TERMINAL, _WAKE = "terminal", "wake"
-_ESCAPE_MARGIN_S = 0.01  # the parser times its escape delay from a moment later than ours
 
 
 class _WakingEvent(threading.Event):
@@ -42,9 +42,11 @@ class _WakingEvent(threading.Event):
         except BlockingIOError:  # the pipe is full: the thread has a wake-up waiting already
             pass
 
-    def stop_waking(self) -> None:
-        """Before the pipe is closed: its number may soon name another file."""
-        self._wake_fd = None
+    def stop_waking(self) -> bool:
+        """Before the pipe is closed, as its number may soon name another file; False where
+        that was done already."""
+        waking, self._wake_fd = self._wake_fd is not None, None
+        return waking
 
 
 class QuietLinuxDriver(LinuxDriver):
@@ -78,10 +80,12 @@ class QuietLinuxDriver(LinuxDriver):
                         selector.unregister(self.fileno)
                         continue
                     text = decode(data)
+                    if not text:  # the first bytes of a character: the rest comes with the next read
+                        continue  # (the parser takes an empty string for the end of input)
                     for event in parser.feed(text):
                         self.process_message(event)
-                    if "\x1b" in text:  # the parser may be waiting to learn whether a sequence follows
-                        escape_due = time.monotonic() + constants.ESCAPE_DELAY + _ESCAPE_MARGIN_S
+                    if "\x1b" in text or escape_due is not None:  # the parser may be waiting to learn
+                        escape_due = time.monotonic() + constants.ESCAPE_DELAY  # whether more follows
                 if escape_due is not None and time.monotonic() >= escape_due:
                     escape_due = None
                 for event in parser.tick():  # reports a lone Escape once its delay is up
@@ -101,11 +105,14 @@ class QuietLinuxDriver(LinuxDriver):
         except BlockingIOError:
             pass
 
+    def suspend_application_mode(self) -> None:
+        """As Textual's (ctrl+z, ``App.suspend``), but the wake pipe is kept for the input
+        thread that resuming starts: only Textual's writer thread is closed."""
+        self.stop_application_mode()
+        super().close()
+
     def close(self) -> None:
         super().close()
-        self._exit.stop_waking()
-        for fd in (self._wake_read, self._wake_write):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        if self._exit.stop_waking():
+            os.close(self._wake_read)
+            os.close(self._wake_write)
