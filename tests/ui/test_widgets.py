@@ -123,11 +123,13 @@ class _StyledViews(App):
     CSS = """
     #plain { color: $text-muted; background: $panel; }
     #padded { padding: 0 2; }
+    #faded { text-opacity: 50%; }
     """
 
     def compose(self) -> ComposeResult:
         yield LineView(id="plain")
         yield LineView(id="padded")
+        yield LineView(id="faded")
 
 
 def _cells(strips) -> list[list[tuple[str, Style | None]]]:
@@ -138,13 +140,15 @@ def _cells(strips) -> list[list[tuple[str, Style | None]]]:
 async def test_line_view_hands_the_compositor_what_textuals_styling_pass_would():
     app = _StyledViews()
     async with app.run_test(size=(40, 8)) as pilot:
-        plain, padded = app.query_one("#plain", LineView), app.query_one("#padded", LineView)
+        views = [app.query_one(f"#{name}", LineView) for name in ("plain", "padded", "faded")]
         lines = lambda w: [fit_line([("RAM ", Style(bold=True)), ("6.1 GiB ▁▂▃", Style(color="red"))], w),
                            fit_line([("swap", None)], w)]
-        plain.show(1, lines)
-        padded.show(1, lines)
+        for view in views:
+            view.show(1, lines)
         await pilot.pause()
-        for view in (plain, padded):
+        plain, padded, _ = views
+        assert [view._plain() for view in views] == [True, False, False]  # only the first skips the pass
+        for view in views:
             for crop in (Region(0, 0, 40, 2), Region(3, 1, 20, 1)):
                 assert _cells(view.render_lines(crop)) == _cells(Widget.render_lines(view, crop))
         assert padded.render_lines(Region(0, 0, 40, 1))[0].text.startswith("  RAM")

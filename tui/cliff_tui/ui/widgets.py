@@ -118,7 +118,8 @@ class LineView(Widget):
         """The lines in ``crop`` as built, through the app's line filters only. Textual's
         styling pass, which would lay a border, padding, tint or opacity on each line, would here
         only copy lines that already hold the widget's style at its full width (every frame, a
-        seventh of what `watch` costs while RAM churns); a view styled with any of those gets it."""
+        seventh of what `watch` costs while RAM churns); a view given any of those, or a text
+        opacity or a hatch, gets it."""
         if not self._plain():
             return super().render_lines(crop)
         width = self.size.width
@@ -139,7 +140,8 @@ class LineView(Widget):
     def _plain(self) -> bool:
         styles = self.styles
         return (not any(styles.gutter) and not any(edge for edge, _ in styles.outline) and not styles.tint.a
-                and self.opacity == 1.0 and not (styles.has_rule("hatch") and styles.hatch != "none"))
+                and self.opacity == 1.0 and styles.text_opacity == 1.0
+                and not (styles.has_rule("hatch") and styles.hatch != "none"))
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
