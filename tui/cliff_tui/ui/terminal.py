@@ -52,13 +52,14 @@ class _WakingEvent(threading.Event):
 class QuietLinuxDriver(LinuxDriver):
     """Textual's Linux/macOS driver, its input thread woken by input or exit only."""
 
+    exit_event: _WakingEvent
+
     def __init__(self, app: Any, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
-        self._exit = _WakingEvent(self._wake_write)
-        self.exit_event = self._exit
+        self.exit_event = _WakingEvent(self._wake_write)
 
     def run_input_thread(self) -> None:
         parser = XTermParser(self._debug)
@@ -113,6 +114,6 @@ class QuietLinuxDriver(LinuxDriver):
 
     def close(self) -> None:
         super().close()
-        if self._exit.stop_waking():
+        if self.exit_event.stop_waking():
             os.close(self._wake_read)
             os.close(self._wake_write)

@@ -122,18 +122,15 @@ class LineView(Widget):
         opacity or a hatch, gets it."""
         if not self._plain():
             return super().render_lines(crop)
-        width = self.size.width
-        if self._drawn[1:] != (width,):
-            self._build(self._drawn[0] if self._drawn else None, width)
         filters = self.get_line_filters()
         background = self.background_colors[1]
         strips = []
         for y in crop.line_range:
-            strip = self._strips[y] if y < len(self._strips) else Strip.blank(width, self._base)
+            strip = self.render_line(y)
             for line_filter in filters:
                 strip = strip.apply_filter(line_filter, background)
             strips.append(strip)
-        if crop.column_span != (0, width):
+        if crop.column_span != (0, self.size.width):
             strips = [strip.crop(*crop.column_span) for strip in strips]
         return strips
 
