@@ -5,14 +5,8 @@ the terminal hold none of their sequences, and no markup tag is interpreted."""
 from __future__ import annotations
 
 import asyncio
-import os
-import pty
 import re
-import select
-import struct
-import subprocess
 import sys
-import time
 import unicodedata
 from pathlib import Path
 
@@ -32,6 +26,7 @@ from cliff_tui.ui.app import CliffApp
 from hostile import EVIL, hostile_text
 from tiny_model import write_tiny_llama
 from ui.test_app import replay_to_the_end, screen_text
+from ui.test_terminal import Terminal
 
 HOSTILE_RECORDING = Path(__file__).parents[1] / "data" / "hostile.jsonl"
 SHOWN = inert(EVIL)  # what the screen must show of it: every sequence visible, the markup literal
@@ -160,37 +155,15 @@ async def test_a_model_name_longer_than_the_title_line_is_cut_at_its_edge_not_wr
 
 def _run_in_a_pty(argv: list[str], wait_for: bytes, limit: float = 120.0) -> bytes:
     """Run ``argv`` on a 120×40 pseudo-terminal; once ``wait_for`` was drawn, press q. All it wrote."""
-    import fcntl
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color"}
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
-    os.close(slave)
-    out, deadline, quit_at, pressed = bytearray(), time.monotonic() + limit, None, False
+    terminal = Terminal(argv)
     try:
-        while time.monotonic() < deadline:
-            if select.select([master], [], [], 0.2)[0]:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # the program exited: the terminal is gone
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            if quit_at is None and wait_for in out:
-                quit_at = time.monotonic() + 1.0  # a few more frames first
-            if quit_at is not None and not pressed and time.monotonic() > quit_at:
-                os.write(master, b"q")
-                pressed = True
-        assert wait_for in out, f"{wait_for!r} never drawn; the program wrote {bytes(out[-400:])!r}"
+        terminal.wait_for(wait_for, limit)
+        terminal.read_for(1.0)  # a few more frames first
+        terminal.press(b"q")
+        terminal.exit_code(limit=10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        os.close(master)
-    return bytes(out)
+        terminal.close()
+    return bytes(terminal.out)
 
 
 def test_cliff_tui_replay_in_a_terminal_sets_no_title_and_writes_no_clipboard():
