@@ -64,7 +64,10 @@ def test_tiny_model_run_measures_everything(tiny_model):
     assert result.baseline_tok_s and result.depth_tok_s and result.prefill_tok_s
     assert [p.phase for p in result.decode_points].count("probe") == 7
     assert result.rss_peak_bytes >= result.rss_baseline_bytes > 0
-    assert result.verdict.level in ("ok", "info"), result.verdict.text  # no spill on a tiny CPU run
+    # no spill on a tiny CPU run; a slower decode may still be put down to a measured load beside it
+    assert result.cliff is not None and result.cliff.level != "red", result.cliff.text
+    assert result.verdict.level != "red", result.verdict.text
+    assert result.verdict.level != "amber" or result.verdict.cause, result.verdict.text
     kinds = {type(e) for e in events}
     assert {RunProgress, DecodeWindow, RunFinished} <= kinds
     phases = [e.phase for e in events if isinstance(e, RunProgress)]
