@@ -5,11 +5,12 @@ from __future__ import annotations
 from rich.style import Style
 from textual.app import App, ComposeResult
 from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 from cliff_tui.ui.render import fit_line
 from cliff_tui.ui.graph import BARS, GAP, MARK, Graph, zoom_range
-from cliff_tui.ui.widgets import LineView
+from cliff_tui.ui.widgets import KeysLine, LineView
 
 GIB = 2**30
 MIB = 2**20
@@ -130,6 +131,7 @@ class _StyledViews(App):
         yield LineView(id="plain")
         yield LineView(id="padded")
         yield LineView(id="faded")
+        yield KeysLine(id="keys")
 
 
 def _cells(strips) -> list[list[tuple[str, Style | None]]]:
@@ -137,18 +139,60 @@ def _cells(strips) -> list[list[tuple[str, Style | None]]]:
             for strip in strips]
 
 
+def _as_textual_draws(views) -> None:
+    for view in views:
+        height = view.size.height
+        for crop in (Region(0, 0, 40, height), Region(3, height - 1, 20, 1), Region(0, 0, 40, 1)):
+            assert _cells(view.render_lines(crop)) == _cells(Widget.render_lines(view, crop)), (view.id, crop)
+
+
 async def test_line_view_hands_the_compositor_what_textuals_styling_pass_would():
     app = _StyledViews()
     async with app.run_test(size=(40, 8)) as pilot:
-        views = [app.query_one(f"#{name}", LineView) for name in ("plain", "padded", "faded")]
+        views = [app.query_one(f"#{name}", LineView) for name in ("plain", "padded", "faded", "keys")]
         lines = lambda w: [fit_line([("RAM ", Style(bold=True)), ("6.1 GiB ▁▂▃", Style(color="red"))], w),
                            fit_line([("swap", None)], w)]
-        for view in views:
+        for view in views[:3]:
             view.show(1, lines)
+        views[3].show_keys([("q", "quit", "quit"), ("l", "log", "show_log")])
         await pilot.pause()
-        plain, padded, _ = views
-        assert [view._plain() for view in views] == [True, False, False]  # only the first skips the pass
-        for view in views:
-            for crop in (Region(0, 0, 40, 2), Region(3, 1, 20, 1)):
-                assert _cells(view.render_lines(crop)) == _cells(Widget.render_lines(view, crop))
+        plain, padded, _, keys = views
+        assert [view._plain() for view in views] == [True, False, False, True]  # the first skips the pass
+        _as_textual_draws(views)
         assert padded.render_lines(Region(0, 0, 40, 1))[0].text.startswith("  RAM")
+        app.theme = "textual-light" if app.theme != "textual-light" else "nord"  # new backgrounds
+        await pilot.pause()
+        _as_textual_draws(views)
+
+
+async def test_line_view_filters_a_line_once_until_it_changes(monkeypatch):
+    filtered = []
+    apply_filter = Strip.apply_filter
+    monkeypatch.setattr(Strip, "apply_filter", lambda strip, *a: filtered.append(strip.text) or apply_filter(strip, *a))
+    app = _StyledViews()
+    async with app.run_test(size=(40, 8)) as pilot:
+        view = app.query_one("#plain", LineView)
+        whole = Region(0, 0, 40, 2)
+        view.show(1, lambda w: [fit_line([("RAM 6.1 GiB", None)], w), fit_line([("swap", None)], w)])
+        await pilot.pause()
+        filtered.clear()
+        before = view.render_lines(whole)
+        assert view.render_lines(whole) == before and filtered == []  # the compositor asks again: kept
+        view.show(2, lambda w: [fit_line([("RAM 6.2 GiB", None)], w), fit_line([("swap", None)], w)])
+        after = view.render_lines(whole)
+        assert after[0].text.startswith("RAM 6.2") and after[1] is before[1]
+        assert {text.rstrip() for text in filtered} == {"RAM 6.2 GiB"}  # only the line that changed
+
+
+async def test_the_key_under_the_mouse_is_styled_as_a_link():
+    app = _StyledViews()
+    async with app.run_test(size=(40, 8)) as pilot:
+        keys = app.query_one(KeysLine)
+        keys.show_keys([("q", "quit", "quit"), ("l", "log", "show_log")])
+        await pilot.pause()
+        whole = Region(0, 0, 40, 1)
+        plain = _cells(keys.render_lines(whole))
+        keys.hover_style = next(segment.style for segment in keys.render_line(0) if "log" in segment.text)
+        hovered = _cells(keys.render_lines(whole))
+        assert hovered == _cells(Widget.render_lines(keys, whole))
+        assert [cell for cell in hovered[0] if "log" in cell[0]] != [cell for cell in plain[0] if "log" in cell[0]]

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.color import Color
 from textual.containers import VerticalScroll
 from textual.geometry import Region, Size
 from textual.message import Message
@@ -64,6 +65,8 @@ class LineView(Widget):
         self._lines: list[list[Segment]] = []
         self._drawn: tuple = ()
         self._base = Style()
+        self._look: tuple[bool, Color] = (True, Color(0, 0, 0, 0))  # styling pass skipped; background
+        self._shown: tuple[list[Strip], object, list[Strip]] = ([], None, [])  # strips, filters and look: lines
 
     def show(self, key: object, lines: Lines) -> None:
         self.show_parts(((key, lines),))
@@ -94,6 +97,7 @@ class LineView(Widget):
         """New strips for the lines whose segments changed; the old strips are returned."""
         if self._drawn[1:] != (width,):
             self._base, self._lines = self.rich_style, []
+            self._look = (self._plain(), self.background_colors[1])
         lines, old, old_lines = self._make(width), self._strips, self._lines
         self._strips = [old[y] if y < len(old_lines) and (old_lines[y] is line or old_lines[y] == line)
                         else self._strip(line, width) for y, line in enumerate(lines)]
@@ -117,22 +121,39 @@ class LineView(Widget):
     def render_lines(self, crop: Region) -> list[Strip]:
         """The lines in ``crop`` as built, through the app's line filters only. Textual's
         styling pass, which would lay a border, padding, tint or opacity on each line, would here
-        only copy lines that already hold the widget's style at its full width (every frame, a
-        seventh of what `watch` costs while RAM churns); a view given any of those, or a text
-        opacity or a hatch, gets it."""
-        if not self._plain():
+        only copy lines that already hold the widget's style at its full width; a view given any
+        of those, or a text opacity or a hatch, gets it. The compositor asks for every line of
+        each widget beside a change, four times a second, for the few it repaints: the filtered
+        lines are kept until a line, a filter or the style changes."""
+        width = self.size.width
+        if self._drawn[1:] != (width,):
+            self._build(self._drawn[0] if self._drawn else None, width)
+        if not self._look[0]:
             return super().render_lines(crop)
-        filters = self.get_line_filters()
-        background = self.background_colors[1]
-        strips = []
-        for y in crop.line_range:
-            strip = self.render_line(y)
-            for line_filter in filters:
-                strip = strip.apply_filter(line_filter, background)
-            strips.append(strip)
-        if crop.column_span != (0, self.size.width):
+        strips = self._filtered(crop.bottom)[crop.y:crop.bottom]
+        if crop.column_span != (0, width):
             strips = [strip.crop(*crop.column_span) for strip in strips]
         return strips
+
+    def _filtered(self, height: int) -> list[Strip]:
+        """The first ``height`` lines through the app's line filters, blank below the last."""
+        filters = tuple(self.get_line_filters())
+        kept_strips, kept_key, kept = self._shown
+        if kept_strips is self._strips and kept_key == (filters, self._look) and len(kept) >= height:
+            return kept
+        if kept_key != (filters, self._look):
+            kept_strips = []
+        background, lines = self._look[1], []
+        for y in range(max(height, len(self._strips))):
+            strip = self._line(y)
+            if y < len(kept_strips) and kept_strips[y] is strip and y < len(kept):
+                lines.append(kept[y])  # an unchanged line: filtered before
+                continue
+            for line_filter in filters:
+                strip = strip.apply_filter(line_filter, background)
+            lines.append(strip)
+        self._shown = (self._strips, (filters, self._look), lines)
+        return lines
 
     def _plain(self) -> bool:
         styles = self.styles
@@ -144,9 +165,12 @@ class LineView(Widget):
         width = self.size.width
         if self._drawn[1:] != (width,):
             self._build(self._drawn[0] if self._drawn else None, width)
+        return self._line(y)
+
+    def _line(self, y: int) -> Strip:
         if y < len(self._strips):
             return self._strips[y]
-        return Strip.blank(width, self._base)
+        return Strip.blank(self._drawn[1], self._base)
 
 
 def _row_runs(rows: list[int], width: int) -> list[Region]:
@@ -167,11 +191,15 @@ class KeysLine(LineView):
     looks up each key's Unicode name to learn whether it types a character."""
 
     COMPONENT_CLASSES = {"keys-line--key"}
-    render_lines = Widget.render_lines  # Textual's pass: it styles a key's link under the mouse
     DEFAULT_CSS = """
     KeysLine { height: 1; background: $footer-background; color: $footer-foreground; }
     KeysLine > .keys-line--key { color: $footer-key-foreground; text-style: bold; }
     """
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        if self.hover_style.link_id:  # Textual's pass styles the key under the mouse
+            return Widget.render_lines(self, crop)
+        return super().render_lines(crop)
 
     def show_keys(self, keys: list[tuple[str, str, str]]) -> None:
         """``keys``: each key as shown, what it does, and the app's action it runs."""
