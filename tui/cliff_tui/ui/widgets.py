@@ -106,8 +106,13 @@ class LineView(Widget):
 
     def _strip(self, line: list[Segment], width: int) -> Strip:
         """A line as the strip ``render_line`` returns on every call: full width already, so the
-        compositor's cuts of it, which Textual caches on the strip, are made once."""
-        return Strip(line, line_cells(line)).apply_style(self._base).extend_cell_length(width, self._base)
+        compositor's cuts of it, which Textual caches on the strip, are made once. One strip
+        (Textual's ``apply_style`` and ``extend_cell_length`` make one each, with its caches)."""
+        cells, base = line_cells(line), self._base
+        segments = list(Segment.apply_style(line, base))
+        if cells < width:
+            segments.append(Segment(" " * (width - cells), base))
+        return Strip(segments, max(cells, width))
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
