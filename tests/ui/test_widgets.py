@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
 from rich.style import Style
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+from cliff_tui.recording import demo
+from cliff_tui.recording.reader import open_recording
+from cliff_tui.session import Session
+from cliff_tui.ui.app import CliffApp
 from cliff_tui.ui.render import fit_line
 from cliff_tui.ui.graph import BARS, GAP, MARK, Graph, zoom_range
 from cliff_tui.ui.widgets import KeysLine, LineView
+from ui.test_app import TRIANGULATION, replay_to_the_end, settled
 
 GIB = 2**30
 MIB = 2**20
@@ -196,3 +202,29 @@ async def test_the_key_under_the_mouse_is_styled_as_a_link():
         hovered = _cells(keys.render_lines(whole))
         assert hovered == _cells(Widget.render_lines(keys, whole))
         assert [cell for cell in hovered[0] if "log" in cell[0]] != [cell for cell in plain[0] if "log" in cell[0]]
+
+
+def _visible_cells(app) -> list[list[tuple[str, object, object]]]:
+    """Each cell as seen: its character, its background, and its colour where it draws one."""
+    return [[(char, style.bgcolor, None if char == " " else style.color)
+             for text, style, _ in strip for char in text]
+            for strip in app.screen._compositor.render_strips()]
+
+
+@pytest.mark.parametrize("mode, size", [("run", (120, 40)), ("replay", (120, 40)), ("replay", (200, 50))])
+async def test_the_containers_drawn_blank_hide_nothing(mode, size, monkeypatch):
+    if mode == "run":
+        app = CliffApp("run", Session(preload=demo.gpu_cliff_run()))
+    else:
+        app = CliffApp("replay", Session(recording=open_recording(TRIANGULATION)))
+    async with app.run_test(size=size) as pilot:
+        await (settled(pilot) if mode == "run" else replay_to_the_end(pilot))
+        blank = [node for node in app.screen.walk_children(with_self=True) if node.BLANK]
+        assert {node.id for node in blank} == {"_default", "body", "dash"}
+        seen = _visible_cells(app)
+        for cls in {type(node) for node in blank}:
+            monkeypatch.setattr(cls, "BLANK", False)
+        for node in blank:
+            node.refresh()
+        await pilot.pause()
+        assert _visible_cells(app) == seen  # as Textual's styling pass draws them

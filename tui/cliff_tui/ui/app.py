@@ -19,7 +19,6 @@ from rich.text import Text
 from textual import constants, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
 from textual.css.scalar import Unit
 from textual.driver import Driver
 from textual.worker import Worker, WorkerState
@@ -31,7 +30,7 @@ from cliff_tui.pipeline import Pipeline
 from cliff_tui.session import Session
 from cliff_tui.text import inert
 from cliff_tui.ui import render
-from cliff_tui.ui.widgets import KeysLine, LineView, Pane, PanelView, Part
+from cliff_tui.ui.widgets import Body, DashboardScreen, DashPane, KeysLine, LineView, Pane, PanelView, Part
 
 # The modal screens and the projection pane (with the report behind it) are imported where they
 # are first used: the first frame of `watch` comes that much sooner.
@@ -77,6 +76,9 @@ class CliffApp(App):
         self._switching = False  # the projection has content but is out of view: `v` shows it
         self.session.alert_listeners.append(self._notify_alert)
 
+    def get_default_screen(self) -> DashboardScreen:
+        return DashboardScreen(id="_default")
+
     def get_driver_class(self) -> type[Driver]:
         """On Linux and macOS a driver whose input thread sleeps until a key comes, unless
         ``TEXTUAL_DRIVER`` names another (textual-serve's browser tabs)."""
@@ -96,8 +98,8 @@ class CliffApp(App):
     def compose(self) -> ComposeResult:
         yield PanelView(id="title")
         yield LineView(id="header")  # the cliff gauge, the signs, the newest notice
-        with Horizontal(id="body"):
-            yield Pane(LineView(id="tiers"), id="dash")
+        with Body(id="body"):
+            yield DashPane(LineView(id="tiers"), id="dash")
             yield Pane(PanelView(id="projection-view"), id="projection")
         yield LineView(id="progress")
         yield PanelView(id="error")

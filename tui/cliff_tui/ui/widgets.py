@@ -7,9 +7,10 @@ from typing import Any, Callable
 from rich.segment import Segment
 from rich.style import Style
 from textual.color import Color
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.geometry import Region, Size
 from textual.message import Message
+from textual.screen import Screen
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
@@ -28,6 +29,23 @@ class Pane(VerticalScroll):
 
     def on_resize(self) -> None:
         self.post_message(self.Resized())
+
+
+class DashPane(Pane):
+    """The tiers' pane. Like the body row and the dashboard's screen, it has a background and
+    no border, and its children cover the rest: ``BLANK`` has Textual draw its lines as one blank
+    line rather than through its styling pass, which the compositor runs on every container
+    beside a change, for all its lines, each frame."""
+
+    BLANK = True
+
+
+class Body(Horizontal):
+    BLANK = True  # as DashPane
+
+
+class DashboardScreen(Screen):
+    BLANK = True  # as DashPane
 
 
 class PanelView(Static):
