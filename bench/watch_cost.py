@@ -8,6 +8,7 @@ cliff-tui the RSS after 1 minute and at the end, and each of its threads' CPU an
 
     python bench/watch_cost.py --minutes 10            # the figures in bench/RESULTS.md
     python bench/watch_cost.py --minutes 3 --churn 6   # RAM moving: every frame repaints
+    python bench/watch_cost.py --minutes 2 --churn 6 --rounds 5   # the same, its median of five
     python bench/watch_cost.py --minutes 1 --no-btop   # a quick look
     python bench/watch_cost.py --first-frame 5         # seconds from start to the first frame
     python bench/watch_cost.py --textual-floor 4       # a bare Textual app changing 0, 1, 27 lines at 4 Hz
@@ -25,6 +26,7 @@ import os
 import pty
 import select
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -242,6 +244,8 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--warmup", type=float, default=5, help="seconds ignored at start")
     parser.add_argument("--no-btop", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure N times with fresh processes and give the median ratio")
     parser.add_argument("--first-frame", type=int, default=0, metavar="N",
                         help="only time the first frame of N fresh starts of each tool")
     parser.add_argument("--churn", type=float, default=0, metavar="GIB",
@@ -250,6 +254,8 @@ def main() -> int:
                         help="only a bare Textual app changing 0, 1 and 27 lines every frame, N alternations "
                              "of --minutes each")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
     byte_compile_cliff_tui()
     if args.textual_floor:
@@ -261,6 +267,22 @@ def main() -> int:
         return 0
     cliff = shutil.which("cliff-tui") or sys.exit("cliff-tui is not on PATH: activate its venv")
     btop = None if args.no_btop else shutil.which("btop") or sys.exit("btop is not installed: apt-get install btop")
+    ratios = []
+    for round_number in range(1, args.rounds + 1):
+        if args.rounds > 1:
+            print(f"\n## round {round_number} of {args.rounds}\n")
+        ratio = measure(cliff, btop, env, args)
+        if ratio is not None:
+            ratios.append(ratio)
+    if len(ratios) > 1:
+        print(f"\nCPU ratio cliff-tui / btop by round: {', '.join(f'{r:.2f}' for r in ratios)}; "
+              f"median {statistics.median(ratios):.2f}")
+    return 0
+
+
+def measure(cliff: str, btop: str | None, env: dict[str, str], args: argparse.Namespace) -> float | None:
+    """One side-by-side run with fresh processes, the churn helper's too: under churn the ratio
+    moves by a fifth either way from one set of processes to the next (bench/RESULTS.md)."""
     churn = subprocess.Popen([sys.executable, "-c", CHURN, str(args.churn)]) if args.churn else None
     terminals = [spawn("cliff-tui watch -i 0.25", [cliff, "watch", "-i", "0.25"], env)]
     if btop is not None:
@@ -271,12 +293,13 @@ def main() -> int:
         threads = terminals[0].threads()
         total = args.minutes * 60
         drain(terminals, min(60, total))
-        terminals[0].rss_samples[1.0] = terminals[0].rss()
+        terminals[0].rss_samples[min(1.0, args.minutes)] = terminals[0].rss()
         if total > 60:
             drain(terminals, total - 60)
         terminals[0].rss_samples[args.minutes] = terminals[0].rss()
-        report(terminals, start)
+        ratio = report(terminals, start)
         report_threads(threads, terminals[0].threads(), time.monotonic() - start[terminals[0].name][2])
+        return ratio
     finally:
         if churn is not None:
             churn.kill()
@@ -286,10 +309,10 @@ def main() -> int:
                 t.proc.wait(5)
             except subprocess.TimeoutExpired:
                 t.proc.kill()
-    return 0
 
 
-def report(terminals: list[Terminal], start: dict) -> None:
+def report(terminals: list[Terminal], start: dict) -> float | None:
+    """The table of CPU and bytes; cliff-tui's CPU over btop's, where both ran."""
     rows = []
     for t in terminals:
         cpu0, bytes0, t0 = start[t.name]
@@ -299,13 +322,15 @@ def report(terminals: list[Terminal], start: dict) -> None:
     print("| --- | ---: | ---: |")
     for name, cpu, kib in rows:
         print(f"| {name} | {cpu:.2f} | {kib:.1f} |")
-    if len(rows) == 2:
-        print(f"\nCPU ratio cliff-tui / btop: {rows[0][1] / rows[1][1]:.2f}")
+    ratio = rows[0][1] / rows[1][1] if len(rows) == 2 else None
+    if ratio is not None:
+        print(f"\nCPU ratio cliff-tui / btop: {ratio:.2f}")
     rss = terminals[0].rss_samples
     minutes = sorted(rss)
     print(f"cliff-tui RSS after {minutes[0]:g} min: {rss[minutes[0]] / 2**20:.1f} MiB; "
           f"after {minutes[-1]:g} min: {rss[minutes[-1]] / 2**20:.1f} MiB "
           f"({(rss[minutes[-1]] - rss[minutes[0]]) / 2**20:+.1f} MiB)")
+    return ratio
 
 
 # cliff-tui's threads in the order they start: the sampler starts before the app loads, Textual's
