@@ -35,7 +35,7 @@ class DashPane(Pane):
     """The tiers' pane. Like the body row and the dashboard's screen, it has a background and
     no border, and its children cover the rest: ``BLANK`` has Textual draw its lines as one blank
     line rather than through its styling pass, which the compositor runs on every container
-    beside a change, for all its lines, each frame."""
+    beside a change, for all its lines, each frame (Textual 7.1 on; before, it goes unread)."""
 
     BLANK = True
 
