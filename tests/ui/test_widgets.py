@@ -141,8 +141,7 @@ class _StyledViews(App):
 
 
 def _cells(strips) -> list[list[tuple[str, Style | None]]]:
-    return [[(text, style) for segment in strip for text, style, _ in [segment] for _ in text]
-            for strip in strips]
+    return [[(text, style) for text, style, _ in strip for _ in text] for strip in strips]
 
 
 def _as_textual_draws(views) -> None:

@@ -148,9 +148,7 @@ class LineView(Widget):
         of those, or a text opacity or a hatch, gets it. The compositor asks for every line of
         each widget beside a change, four times a second, for the few it repaints: the filtered
         lines are kept until a line, a filter or the style changes."""
-        width = self.size.width
-        if self._drawn[1:] != (width,):
-            self._build(self._drawn[0] if self._drawn else None, width)
+        width = self._built_for_width()
         if not self._look[0]:
             return super().render_lines(crop)
         strips = self._filtered(crop.bottom)[crop.y:crop.bottom]
@@ -161,21 +159,22 @@ class LineView(Widget):
     def _filtered(self, height: int) -> list[Strip]:
         """The first ``height`` lines through the app's line filters, blank below the last."""
         filters = tuple(self.get_line_filters())
+        key = (filters, self._look)
         kept_strips, kept_key, kept = self._shown
-        if kept_strips is self._strips and kept_key == (filters, self._look) and len(kept) >= height:
+        if kept_strips is self._strips and kept_key == key and len(kept) >= height:
             return kept
-        if kept_key != (filters, self._look):
+        if kept_key != key:
             kept_strips = []
-        background, lines = self._look[1], []
+        lines = []
         for y in range(max(height, len(self._strips))):
             strip = self._line(y)
-            if y < len(kept_strips) and kept_strips[y] is strip and y < len(kept):
+            if y < len(kept_strips) and kept_strips[y] is strip:
                 lines.append(kept[y])  # an unchanged line: filtered before
                 continue
             for line_filter in filters:
-                strip = strip.apply_filter(line_filter, background)
+                strip = strip.apply_filter(line_filter, self._look[1])
             lines.append(strip)
-        self._shown = (self._strips, (filters, self._look), lines)
+        self._shown = (self._strips, key, lines)
         return lines
 
     def _plain(self) -> bool:
@@ -185,10 +184,15 @@ class LineView(Widget):
                 and not (styles.has_rule("hatch") and styles.hatch != "none"))
 
     def render_line(self, y: int) -> Strip:
+        self._built_for_width()
+        return self._line(y)
+
+    def _built_for_width(self) -> int:
+        """The view's width, its lines built again first where it changed."""
         width = self.size.width
         if self._drawn[1:] != (width,):
             self._build(self._drawn[0] if self._drawn else None, width)
-        return self._line(y)
+        return width
 
     def _line(self, y: int) -> Strip:
         if y < len(self._strips):
