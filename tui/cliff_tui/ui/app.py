@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from rich.text import Text
@@ -88,6 +90,10 @@ class CliffApp(App):
             return QuietLinuxDriver
         return super().get_driver_class()
 
+    @cached_property
+    def views(self) -> "DashboardViews":
+        return DashboardViews.of(self)
+
     @property
     def pipeline(self) -> Pipeline:
         """The session's, read anew each time: a backward seek in a replay replaces it."""
@@ -106,7 +112,7 @@ class CliffApp(App):
         yield KeysLine(id="keys")
 
     async def on_mount(self) -> None:
-        self.query_one("#projection").display = self.mode in ("triangulate", "replay")
+        self.views.projection.display = self.mode in ("triangulate", "replay")
         self.session.start(time.monotonic())
         if self.session.job is not None:
             self._run_job()
@@ -136,7 +142,7 @@ class CliffApp(App):
     def _layout_for(self, size: Any) -> None:
         """The projection beside the tiers on a wide screen, below them from 100×30, else one
         of the two at a time (`v`)."""
-        projection, dash, body = self.query_one("#projection"), self.query_one("#dash"), self.query_one("#body")
+        projection, dash, body = self.views.projection, self.views.dash, self.views.body
         has = self._has_projection()
         stacked = has and size.width < WIDE and size.width >= STACKED[0] and size.height >= STACKED[1]
         in_view = has and (size.width >= WIDE or stacked)
@@ -191,21 +197,22 @@ class CliffApp(App):
     def _draw(self) -> None:
         p = self.pipeline
         player = self.session.player
-        version = (id(p), p.version, self.size, self.query_one("#dash").size, self.query_one("#projection").size,
+        views = self.views
+        version = (id(p), p.version, self.size, views.dash.size, views.projection.size,
                    self.paused, self.narrow_view, self.session.recorder is not None,
                    player and (player.cursor, player.playing, player.speed, round(player.position, 1)))
         if version == self._drawn:
             return
         self._drawn = version
         title = self._title()
-        self.query_one("#title", PanelView).show(title, lambda: Text(inert(title)), 1)
+        views.title.show(title, lambda: Text(inert(title)), 1)
         # the signs always (their line stays put), the gauge and the newest notice where there are any
         gauge, signs, notice = render.gauge_line(p), render.signs_line(p.signs), render.notice_line(p)
         header = ([gauge] if gauge else []) + [signs] + ([notice] if notice else [])
-        self.query_one("#header", LineView).show_parts(tuple(_line_part(line) for line in header))
-        self.query_one("#tiers", LineView).show_parts(self._tier_parts())
+        views.header.show_parts(tuple(_line_part(line) for line in header))
+        views.tiers.show_parts(self._tier_parts())
         progress = self._progress_line()
-        self.query_one("#progress", LineView).show_parts((_line_part(progress),))
+        views.progress.show_parts((_line_part(progress),))
         self._draw_error()
         if self._has_projection():
             self._layout_for(self.size)
@@ -219,7 +226,7 @@ class CliffApp(App):
         panels = render.panels(self.pipeline, hint or "waiting for tokens…", per_column)
         latest = self.pipeline.latest
         reason = latest.no_vram if latest is not None else None
-        width = self.query_one("#tiers").size.width or self.size.width
+        width = self.views.tiers.size.width or self.size.width
         parts: tuple[Part, ...] = ()
         if reason:
             parts = (((reason,), lambda w: render.wrapped(reason, render.AMBER, w)),)
@@ -229,8 +236,8 @@ class CliffApp(App):
     def _graph_rows(self, panels: list[render.Panel], taken: int) -> int:
         """The tiers' graphs grow with the rows the dashboard has; below the projection the
         tiers keep one row each and give it the rest."""
-        dash = self.query_one("#dash")
-        if self.query_one("#body").has_class("stacked"):
+        dash = self.views.dash
+        if self.views.body.has_class("stacked"):
             rows = 1
             height = taken + sum(panel.n_lines for panel in render.with_rows(panels, rows))
             if dash.styles.height is None or dash.styles.height.value != height:
@@ -249,7 +256,7 @@ class CliffApp(App):
         if self.session.player is not None:
             shown.sort(key=lambda binding: binding.action not in ("quit", *REPLAY_KEYS))
         keys = [(binding.key_display or binding.key, binding.description, binding.action) for binding in shown]
-        self.query_one("#keys", KeysLine).show_keys(keys)
+        self.views.keys.show_keys(keys)
 
     def _key_shown(self, binding: Binding) -> bool:
         if self.session.player is None:
@@ -257,11 +264,11 @@ class CliffApp(App):
         return binding.action in REPLAY_KEYS or (binding.show and binding.action != "pause")
 
     def _draw_projection(self) -> None:
-        pane = self.query_one("#projection")
+        pane = self.views.projection
         width = max(40, pane.size.width - 2)
         key = (len(self.pipeline.results), len(self.pipeline.failures), self.pipeline.target, width,
                self.pipeline.plan, pane.size.height)
-        self.query_one("#projection-view", PanelView).show(key, lambda: self._projection(width, pane.size))
+        self.views.projection_view.show(key, lambda: self._projection(width, pane.size))
 
     def _projection(self, width: int, room: Any) -> Any:
         """The pane, its chart as tall as the rows its other lines leave: a pane that overflows
@@ -280,7 +287,7 @@ class CliffApp(App):
                                     color=not self.no_color)
 
     def _draw_error(self) -> None:
-        error = self.query_one("#error", PanelView)
+        error = self.views.error
         failure = self.pipeline.last_failure
         shown = failure is not None and not (failure.kind == "does_not_fit" and self.mode == "triangulate")
         _set_display(error, shown)
@@ -390,6 +397,29 @@ class CliffApp(App):
         self.session.alert_listeners.remove(self._notify_alert)
         self.session.stop()
         thaw()
+
+
+@dataclass(frozen=True)
+class DashboardViews:
+    """The dashboard's widgets, looked up once: the app draws into them four times a second."""
+
+    title: PanelView
+    header: LineView
+    body: Body
+    dash: DashPane
+    tiers: LineView
+    projection: Pane
+    projection_view: PanelView
+    progress: LineView
+    error: PanelView
+    keys: KeysLine
+
+    @classmethod
+    def of(cls, app: App) -> "DashboardViews":
+        one = app.query_one
+        return cls(one("#title", PanelView), one("#header", LineView), one("#body", Body), one("#dash", DashPane),
+                   one("#tiers", LineView), one("#projection", Pane), one("#projection-view", PanelView),
+                   one("#progress", LineView), one("#error", PanelView), one("#keys", KeysLine))
 
 
 def _line_part(parts: render.Parts) -> Part:
