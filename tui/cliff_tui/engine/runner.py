@@ -187,7 +187,7 @@ class Run:
             created = self.sampler.sample()
             tracking.start()
             baseline_tok_s, base_point = self._baseline(model, context)
-            baseline = self.sampler.sample()
+            baseline = self.sampler.sample(fresh=True)  # the cgroup read after the context took its memory
             self.tracker.mark_baseline(baseline)
             context.clear()
             started_from, prefill_tok_s, points = self._prefill(model, context)

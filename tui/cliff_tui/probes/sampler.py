@@ -46,7 +46,9 @@ class Sampler:
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
-    def sample(self) -> Sample:
+    def sample(self, fresh: bool = False) -> Sample:
+        """``fresh``: the cgroup read now, not up to CGROUP_EVERY_S old (for a decision on memory
+        just allocated)."""
         t = time.time()
         nvidia_gpus, nvidia_reason = self.nvidia.read()
         amd_gpus = self.amd.read(first_index=len(nvidia_gpus)) if self.amd else []
@@ -60,7 +62,7 @@ class Sampler:
         if process is not None and gpus:
             process = _with_gpu_memory(process, gpus, probe.children_pids())
         ram, swap = read_memory()
-        cgroup, cpu_quota = self._cgroup.read(probe.pid if probe else None, ram.total_bytes)
+        cgroup, cpu_quota = self._cgroup.read(probe.pid if probe else None, ram.total_bytes, fresh)
         return Sample(t=t, ram=ram, swap=swap, gpus=tuple(gpus), gpus_reason=gpus_reason, process=process,
                       cpu_busy_s=read_cpu_busy_s(), cgroup=cgroup, cpu_quota=cpu_quota)
 
@@ -111,14 +113,16 @@ class CgroupLimits:
         self._last: tuple[CgroupReading | None, CpuQuota | None] = (None, None)
         self._quota: FoundCpuQuota | None = None
 
-    def read(self, pid: int | None, ram_total: int) -> tuple[CgroupReading | None, CpuQuota | None]:
+    def read(self, pid: int | None, ram_total: int,
+             fresh: bool = False) -> tuple[CgroupReading | None, CpuQuota | None]:
+        """``fresh``: searched for and read now, whenever it was last."""
         if not sys.platform.startswith("linux"):
             return None, None
         now = self._clock()
-        if not self._due(self._read_at, pid, now, self.every_s):
+        if not fresh and not self._due(self._read_at, pid, now, self.every_s):
             return self._last
         self._read_at = (pid, now)
-        searching = self._due(self._searched_at, pid, now, self.search_every_s)
+        searching = fresh or self._due(self._searched_at, pid, now, self.search_every_s)
         if searching:
             self._searched_at = (pid, now)
             self._quota = find_cpu_quota(pid)
