@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import io
+import os
 import json
 import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 from cliff_tui.engine import fill
 from cliff_tui.engine.fill import FillUnavailable, KvFiller, Layout, choose_fill, parse_state
-from cliff_tui.engine.llama import Context, LoadedModel
+from cliff_tui.engine.llama import L, Context, LoadedModel
 from cliff_tui.engine.runner import Run, RunOptions
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.worker import PrefillProfile
@@ -85,6 +87,46 @@ def test_a_fill_holds_the_cells_written_and_decodes_on_them(tiny_context):
         assert context.used_cells() == 700
     context.decode(tokens[700:800])
     assert context.used_cells() == 800
+
+
+def _logits_after(context: Context, token: int) -> np.ndarray:
+    context.decode((token,))
+    logits = L.llama_get_logits_ith(context.ptr, -1)
+    return np.ctypeslib.as_array(logits, shape=(context.model.n_vocab,)).copy()
+
+
+def test_the_deepest_state_trimmed_is_the_state_written_for_that_depth(tiny_context):
+    model, context, knobs = tiny_context
+    tokens = _tokens(model, 1500)
+    with KvFiller(context, tokens[:256]) as filler:
+        filler.fill(tokens[:700])
+        alone = _logits_after(context, tokens[700])
+        filler.keep_deepest(tokens[:1400])
+        written = sorted(os.listdir(filler.folder))
+        for depth in (700, 1000, 1400):
+            filler.fill(tokens[:depth])
+            assert context.used_cells() == depth
+        filler.fill(tokens[:700])
+        assert np.array_equal(_logits_after(context, tokens[700]), alone)
+        assert sorted(os.listdir(filler.folder)) == written  # no state of its own
+        filler.fill(tokens[:1450])  # deeper than the kept state: one written for it
+        assert context.used_cells() == 1450
+
+
+def test_a_filled_run_keeps_its_deepest_state_only_where_ram_has_room_for_it(tiny_model, monkeypatch):
+    written, write = [], Layout.write
+    monkeypatch.setattr(Layout, "write", lambda self, path, tokens: (written.append(len(tokens)),
+                                                                       write(self, path, tokens)))
+    settings, options = RunSettings(str(tiny_model), 4096, 8), RunOptions(fill="synthetic")
+    roomy = Run(settings, lambda _: None, options=options).execute()
+    assert written == [4096 - 512]  # one state: each probe's depth is trimmed from it
+    written.clear()
+    monkeypatch.setattr(fill, "DEEPEST_ROOM", 10**9)  # no machine has room for it that many times
+    short = Run(settings, lambda _: None, options=options).execute()
+    assert written == [512 * k for k in range(1, 8)]  # a state per probe; the last stands at 4096 − 512
+    assert [p.depth for p in roomy.decode_points] == [p.depth for p in short.decode_points]
+    assert not fill.keeps_deepest(128, 1, 10**12)  # a sliding window's deeper state holds other positions
+    assert not fill.keeps_deepest(0, 1, None)
 
 
 def test_an_unknown_version_is_refused_before_anything_is_written(tiny_context, tmp_path):

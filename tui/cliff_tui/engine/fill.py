@@ -7,6 +7,11 @@ tokens, then each KV cache's cells and K/V rows); a state for depth ``n`` repeat
 ``n`` cells at positions 0…n−1, is written to disk in chunks and loaded with
 ``llama_state_seq_load_file``. The layout is checked, never assumed: whatever cannot be read or
 written this way raises :class:`FillUnavailable`, and the caller prefills for real instead.
+
+A run that fills to several depths can write its deepest state once and load it for each
+shallower depth, dropping the cells beyond (``llama_memory_seq_rm``): the same cells, logits and
+decode speed as a state written for that depth, for one write instead of one per depth
+(:func:`keeps_deepest` says where).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ MAX_ROW_BYTES = 1 << 24
 LEARN_TOKENS = 32  # the rows repeated: few, so that holding them adds no memory a prefill would not
 AUTO_REAL_DEPTH = 8192  # `--fill auto`: a run this deep or shallower prefills for real
 CHUNKED_SWA_ARCHS = {"llama4"}  # a window that restarts every n_swa positions, not a sliding one
+DEEPEST_ROOM = 2  # RAM must have room for the deepest state this many times over for it to be kept
 
 
 class FillUnavailable(Exception):
@@ -270,6 +276,14 @@ def unfillable_reason(model: LoadedModel, architecture: str | None) -> str | Non
     return None
 
 
+def keeps_deepest(n_swa: int, state_bytes: int, ram_room_bytes: int | None) -> bool:
+    """Whether a run loads its deepest state trimmed to each shallower depth. Not with a sliding
+    window (a deeper state holds other positions), and not where RAM is short: loading writes
+    every cell of the state, so the cells beyond the depth measured would push out of RAM the
+    ones a probe reads, where a state written for that depth leaves them alone."""
+    return n_swa == 0 and ram_room_bytes is not None and state_bytes * DEEPEST_ROOM <= ram_room_bytes
+
+
 def learn_tokens(model: LoadedModel) -> int:
     return learn_count(model.n_swa())
 
@@ -287,6 +301,7 @@ class KvFiller:
                  call: int | None = None) -> None:
         self.context = context
         self.loaded = False  # whether a filled state is in the context now or was before
+        self._deepest: tuple[str, list[int]] | None = None  # a state kept for shallower fills, its tokens
         self.folder = tempfile.mkdtemp(prefix="cliff-tui-fill-", dir=folder)
         try:
             self.layout = self._learn(tokens, min(call or context.n_ubatch, context.n_ubatch))
@@ -310,8 +325,31 @@ class KvFiller:
             os.remove(path)
             context.clear()
 
+    def keep_deepest(self, tokens: Sequence[int]) -> None:
+        """Write the state for ``tokens`` once: a later fill with a prefix of them loads it and
+        drops the cells beyond its depth instead of writing a state of its own."""
+        depth = len(tokens)
+        path = os.path.join(self.folder, f"deepest-{depth}.bin")
+        self._check_room(depth)
+        self.layout.write(path, tokens)
+        self._deepest = (path, list(tokens))
+
     def fill(self, tokens: Sequence[int]) -> None:
         """Leave the context holding ``len(tokens)`` cells of sequence 0, checked."""
+        depth = len(tokens)
+        if self._deepest is not None and list(tokens) == self._deepest[1][:depth]:
+            path, kept = self._deepest
+            self._load(path, len(kept))
+            self.context.truncate(depth)
+            if self.context.used_cells() != depth:
+                self.context.clear()
+                raise FillUnavailable(f"a state of {len(kept):,} cells trimmed to {depth:,} holds another count")
+        else:
+            self._fill_alone(tokens)
+        self._check_decode(tokens[-1], depth)
+        self.loaded = True
+
+    def _fill_alone(self, tokens: Sequence[int]) -> None:
         depth = len(tokens)
         path = os.path.join(self.folder, f"fill-{depth}.bin")
         self._check_room(depth)
@@ -321,8 +359,6 @@ class KvFiller:
         finally:
             if os.path.exists(path):
                 os.remove(path)
-        self._check_decode(tokens[-1], depth)
-        self.loaded = True
 
     def _check_room(self, depth: int) -> None:
         need, free = self.layout.nbytes(depth), shutil.disk_usage(self.folder).free

@@ -6,7 +6,8 @@
 3. deep prefill to ``depth`` in batches, with short decode probes on the way (they give the
    depth trend that sign 3 is judged against, and are removed from the cache after); or, with
    ``fill="synthetic"``, KV cells loaded (engine.fill) on the way to each probe depth and to
-   depth, only the last call prefilled for real, or a sliding-window model's whole ring of cells
+   depth (where RAM has room, from one state written for the deepest load and trimmed to each
+   probe's depth), only the last call prefilled for real, or a sliding-window model's whole ring of cells
    (:func:`window_ring`), or the stretch from the probe before where that is shorter;
 4. ``n_gen`` tokens of decode at depth, in windows; the memory peak is tracked throughout.
 """
@@ -25,7 +26,7 @@ from cliff_tui.analysis.cliff import cliff_verdict, memory_sign
 from cliff_tui.analysis.speed import classify_speed, steady, window_rate
 from cliff_tui.analysis.theory import kv_bytes_per_token, pad_n_ctx
 from cliff_tui.errors import Cancelled, CliffError, DoesNotFit
-from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfillable_reason
+from cliff_tui.engine.fill import FillUnavailable, KvFiller, keeps_deepest, learn_tokens, unfillable_reason
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.llama import Context, LoadedModel, supports_gpu_offload
 from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line, parse_flash_attn
@@ -287,6 +288,7 @@ class Run:
             if why is not None:
                 raise FillUnavailable(why)
             with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir, call) as filler:
+                self._keep_deepest(filler, tokens, self.settings.depth - tail)
                 reached, points = self._filled_probes(filler, model, tokens, checkpoints, call)
                 reached = _load_toward(filler, tokens, reached, self.settings.depth, tail)
         except FillUnavailable as exc:
@@ -301,6 +303,21 @@ class Run:
             self.publish(Notice(time.time(), "the KV cache is prefilled for real: its probes are closer together "
                                              "than the stretch a filled run prefills before each"))
         return reached, points
+
+    def _keep_deepest(self, filler: KvFiller, tokens: list[int], deepest: int) -> None:
+        """Write the deepest state once for every fill on the way (engine.fill.keeps_deepest),
+        where RAM has room for it: the room after the context was created and zeroed."""
+        baseline = self.tracker.baseline
+        room = baseline.ram_room_bytes if baseline is not None else None
+        model, state = filler.context.model, filler.layout.nbytes(deepest)
+        if deepest <= learn_tokens(model) or model.n_swa() > 0:
+            return
+        if keeps_deepest(model.n_swa(), state, room):
+            filler.keep_deepest(tokens[:deepest])
+        else:
+            self.publish(Notice(time.time(), f"a KV state written for each probe's depth: RAM has "
+                                             f"{fmt_bytes(room or 0)} free, not twice the deepest state's "
+                                             f"{fmt_bytes(state)}"))
 
     def _filled_probes(self, filler: KvFiller, model: LoadedModel, tokens: list[int], checkpoints: list[int],
                        call: int) -> tuple[int, list[DecodePoint]]:
