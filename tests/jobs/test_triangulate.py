@@ -142,6 +142,14 @@ def test_a_filled_triangulation_is_estimated_by_its_last_calls_not_the_whole_pre
     swa = estimate_filled_seconds(cpu, DEFAULT_DEPTHS, 64, per_cell, 512, n_swa=512)
     ring_at_depth = sum(cpu.prefill_seconds(d - 1024, d - 512) for d in DEFAULT_DEPTHS)
     assert swa > filled + ring_at_depth + cpu.prefill_seconds(56_875 - 1024, 56_875)
+    # with RAM to spare a point writes its deepest state once, not one per probe
+    roomy, short = 64 << 30, 2 << 30
+    kept = estimate_filled_seconds(cpu, [65_000], 64, per_cell, 512, ram_room_bytes=roomy)
+    per_depth = estimate_filled_seconds(cpu, [65_000], 64, per_cell, 512, ram_room_bytes=short)
+    deepest_mib = (65_000 - 512) * per_cell / 2**20
+    assert per_depth == estimate_filled_seconds(cpu, [65_000], 64, per_cell, 512)
+    assert per_depth - kept > 2 * deepest_mib / 250  # seven more states, of 8k…57k cells, written
+    assert estimate_filled_seconds(cpu, DEFAULT_DEPTHS, 64, per_cell, 512, n_swa=512, ram_room_bytes=roomy) == swa
 
 
 def test_bad_depths_and_kv_types_exit_2(tiny_model):

@@ -22,10 +22,11 @@ from typing import Sequence
 from cliff_tui.analysis.theory import kv_bytes_per_token, kv_layout
 from cliff_tui.analysis.thresholds import STEADY_WINDOWS
 from cliff_tui.errors import BadInput, Cancelled
-from cliff_tui.engine.fill import FillChoice, choose_fill, learn_count
+from cliff_tui.engine.fill import FillChoice, choose_fill, keeps_deepest, learn_count
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.runner import (
-    RunOptions, context_size, filled_load, filled_tail, probe_depths, window_length, window_ring,
+    RunOptions, context_size, filled_load, filled_tail, largest_prefill_call, probe_depths, window_length,
+    window_ring,
 )
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.tokens import check_rereadable
@@ -43,7 +44,9 @@ DEFAULT_DEPTHS = (16_000, 32_000, 65_000)
 OVERSHOOT = 1.25  # a triangulation this much longer than it said it would take says so
 MIN_DEEPEST = 1024
 DEPTH_STEP = 256
-FILL_BYTES_PER_S = 400 * MiB  # writing a filled state and loading it back, as measured on a VM's disk
+# a filled state written to disk, and llama.cpp loading one (from the page cache), on a 2-vCPU VM
+STATE_WRITE_BYTES_PER_S = 250 * MiB
+STATE_LOAD_BYTES_PER_S = 2048 * MiB
 POINT_OPTIONS = RunOptions(stop_when_steady=True)
 
 
@@ -71,19 +74,27 @@ def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int,
 
 def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, bytes_per_cell: float,
                             ubatch: int, options: RunOptions = POINT_OPTIONS, reached: int = 0,
-                            n_swa: int = 0) -> float:
+                            n_swa: int = 0, ram_room_bytes: int | None = None) -> float:
     """Wall time of a filled triangulation: per point, the way to each probe depth above the
     last point's and to the depth itself as a filled run takes it (states written, loaded and
-    checked with a decode; the rest prefilled), the probes, and the decode at depth."""
+    checked with a decode; the rest prefilled), the probes, and the decode at depth.
+    ``ram_room_bytes``: the RAM a point's context leaves free, which decides whether it writes
+    its deepest state once (engine.fill.keeps_deepest) or a state per depth."""
     ring, learned = window_ring(n_swa, ubatch), learn_count(n_swa)
     total = 0.0
     for depth in sorted(depths):
+        tail = filled_tail(depth, options.probes, ubatch, n_swa)
+        deepest = depth - tail
+        room = None if ram_room_bytes is None else ram_room_bytes - int(depth * bytes_per_cell)
+        kept = deepest > learned and keeps_deepest(n_swa, int(deepest * bytes_per_cell), room)
+        if kept:
+            total += deepest * bytes_per_cell / STATE_WRITE_BYTES_PER_S
         at = 0
         legs = [(d, ring) for d in probe_depths(depth, options.probes, reached)]
-        for d, tail in [*legs, (depth, filled_tail(depth, options.probes, ubatch, n_swa))]:
-            loaded = filled_load(at, d, tail, learned)
+        for d, leg_tail in [*legs, (depth, tail)]:
+            loaded = filled_load(at, d, leg_tail, learned)
             if loaded:
-                total += _fill_seconds(profile, loaded, bytes_per_cell)
+                total += _fill_seconds(profile, loaded, deepest if kept else None, bytes_per_cell)
                 at = loaded
             total += profile.prefill_seconds(at, d)
             at = d
@@ -93,9 +104,12 @@ def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_ge
     return total
 
 
-def _fill_seconds(profile: PrefillProfile, depth: int, bytes_per_cell: float) -> float:
-    """Writing a state of ``depth`` cells, loading it, and the decode that checks it."""
-    return depth * bytes_per_cell / FILL_BYTES_PER_S + profile.decode_seconds(depth, 1)
+def _fill_seconds(profile: PrefillProfile, depth: int, kept: int | None, bytes_per_cell: float) -> float:
+    """Reaching ``depth`` cells: loading the ``kept`` state (its writing counted once), or writing
+    and loading a state of its own; then the decode that checks it."""
+    io = kept * bytes_per_cell / STATE_LOAD_BYTES_PER_S if kept else \
+        depth * bytes_per_cell * (1 / STATE_WRITE_BYTES_PER_S + 1 / STATE_LOAD_BYTES_PER_S)
+    return io + profile.decode_seconds(depth, 1)
 
 
 def _probe_seconds(profile: PrefillProfile, depth: int, above: int, options: RunOptions) -> float:
@@ -192,6 +206,7 @@ class TriangulateJob:
         self.profile: PrefillProfile | None = None  # the calibration's cost model, refitted as points finish
         self.promised_s: float | None = None  # the time it said it would take
         self.model: ModelInfo | None = None  # read from the GGUF header when the job runs
+        self._ram_room: int | None = None  # RAM free when the job started: whether filled points keep a state
         self._t0 = time.monotonic()
         shown = ",".join(f"{d:,}" for d in self.depths) if self.requested_depths else "adaptive"
         self.title = f"depths {shown}"
@@ -210,6 +225,7 @@ class TriangulateJob:
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
         first = _tiers_now()
         self.check(first)
+        self._ram_room = first.ram_room_bytes
         model = self.model = read_model_info(self.base.model_path)
         note = ""
         if self.requested_depths is None and self.fill_choice != "synthetic":
@@ -248,9 +264,12 @@ class TriangulateJob:
         self.profile = profile
         if reduced and self.fill_choice == "auto":
             self.fill, depths, reduced = "synthetic", list(DEFAULT_DEPTHS), False
-            # what grows with depth, measured where the points will be: a shallow calibration
-            # sees too little of it to say what a filled point's last call and decode will cost
-            self.profile = calibrate_deep(settings, profile, min(depths), cancel, on_pid=on_worker)
+            # what grows with depth, measured where the points will be and on the call the first
+            # one prefills for real: a shallow calibration sees too little of it to say what a
+            # filled point's last call and decode will cost, and a shorter call runs slower a token
+            call = largest_prefill_call(min(depths), self.options.probes,
+                                        min(self.base.ubatch_size, self.base.batch_size))
+            self.profile = calibrate_deep(settings, profile, min(depths), cancel, chunk=call, on_pid=on_worker)
             if cancel.is_set():
                 raise Cancelled("cancelled")
             self.promised_s = len(self.kv_types) * self._estimate(depths)
@@ -272,7 +291,8 @@ class TriangulateJob:
             ubatch = min(self.base.ubatch_size, self.base.batch_size)
             layout = kv_layout(self.model) if self.model else None
             n_swa = layout.n_swa if layout else 0
-            return estimate_filled_seconds(self.profile, depths, n_gen, per_cell, ubatch, opt, reached, n_swa)
+            return estimate_filled_seconds(self.profile, depths, n_gen, per_cell, ubatch, opt, reached, n_swa,
+                                           self._ram_room)
         return estimate_seconds(self.profile, depths, n_gen, self.chain, opt, reached if self.chain else 0)
 
     def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Publish, cancel: threading.Event,
