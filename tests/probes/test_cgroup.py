@@ -341,16 +341,18 @@ def test_the_sampler_finds_a_memory_limit_at_its_next_search_and_reads_its_use_i
 
     now = [0.0]
     limits = CgroupLimits(clock=lambda: now[0])
+    asked = CgroupLimits(clock=lambda: now[0])  # the same, but asked for a reading now
     code = "import sys; sys.stdin.readline(); x = bytearray(30 << 20); print('held', flush=True); sys.stdin.readline()"
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         with limited_cgroup(96 * MiB) as made:
             assert limits.read(child.pid, 1 << 50)[0] is None  # no limit where it started
+            assert asked.read(child.pid, 1 << 50)[0] is None
             made.add(child.pid)
             made.children.append(child)  # reaped when the cgroup goes: a zombie keeps a v1 cgroup busy
             now[0] = 2.5
             assert limits.read(child.pid, 1 << 50)[0] is None  # not searched for again yet
-            asked = limits.read(child.pid, 1 << 50, fresh=True)[0]  # unless asked for a reading now
+            fresh = asked.read(child.pid, 1 << 50, fresh=True)[0]
             now[0] = CGROUP_SEARCH_EVERY_S
             found = limits.read(child.pid, 1 << 50)[0]
             child.stdin.write("\n")
@@ -361,5 +363,5 @@ def test_the_sampler_finds_a_memory_limit_at_its_next_search_and_reads_its_use_i
     finally:
         child.kill()
         child.wait()
-    assert (found.path, found.limit_bytes) == (asked.path, asked.limit_bytes) == (made.path, 96 * MiB)
+    assert (found.path, found.limit_bytes) == (fresh.path, fresh.limit_bytes) == (made.path, 96 * MiB)
     assert later.usage_bytes >= found.usage_bytes + 30 * MiB  # read again between two searches

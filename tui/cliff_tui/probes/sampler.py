@@ -112,12 +112,17 @@ class CgroupLimits:
         self._searched_at: tuple[int | None, float] | None = None
         self._last: tuple[CgroupReading | None, CpuQuota | None] = (None, None)
         self._quota: FoundCpuQuota | None = None
+        self._lock = threading.Lock()  # the sampler thread and a run's fresh baseline both read
 
     def read(self, pid: int | None, ram_total: int,
              fresh: bool = False) -> tuple[CgroupReading | None, CpuQuota | None]:
         """``fresh``: searched for and read now, whenever it was last."""
         if not sys.platform.startswith("linux"):
             return None, None
+        with self._lock:
+            return self._read(pid, ram_total, fresh)
+
+    def _read(self, pid: int | None, ram_total: int, fresh: bool) -> tuple[CgroupReading | None, CpuQuota | None]:
         now = self._clock()
         if not fresh and not self._due(self._read_at, pid, now, self.every_s):
             return self._last
