@@ -229,10 +229,12 @@ def run_point(settings: RunSettings, options: Any, publish: Callable[[Any], None
 
 
 def calibrate_deep(settings: RunSettings, profile: PrefillProfile, depth: int, cancel: threading.Event,
-                   chunk: int = 512, on_pid: Callable[[int | None], None] | None = None) -> PrefillProfile:
+                   chunk: int | None = None, on_pid: Callable[[int | None], None] | None = None) -> PrefillProfile:
     """``profile`` with its depth terms measured at ``depth`` on a filled cache (it stands where
     the model cannot be filled or the worker fails). ``chunk``: the prefill call timed there, as
-    long as the one a point makes (a 64-token call ran 1.5× slower a token than 512 at 16k)."""
+    long as the one a point makes (a 64-token call ran 1.5× slower a token than 512 at 16k);
+    by default one ubatch."""
+    chunk = chunk or min(settings.ubatch_size, settings.batch_size)
     found: list[Any] = []
     run_in_worker(_calibrate_deep_main, (settings, profile, depth, chunk), found.append, cancel, on_pid)
     return found[0] if found and isinstance(found[0], PrefillProfile) else profile
