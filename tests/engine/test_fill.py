@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import io
-import os
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import threading
 
 import numpy as np
@@ -18,7 +20,8 @@ from cliff_tui.engine.llama import L, Context, LoadedModel
 from cliff_tui.engine.runner import Run, RunOptions
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.worker import PrefillProfile
-from cliff_tui.events import Notice, RunSettings
+from cliff_tui.errors import Cancelled
+from cliff_tui.events import DecodeWindow, Notice, RunSettings
 from cliff_tui.jobs.triangulate import DEFAULT_DEPTHS, TriangulateJob
 from cliff_tui.report import run_record, run_rows
 from tiny_model import write_tiny
@@ -171,6 +174,18 @@ def test_a_disk_too_full_for_the_state_falls_back_to_a_real_prefill_and_says_so(
     assert result.fill == "real" and result.prefilled_tokens == 1024
 
 
+def test_a_state_the_disk_fails_to_take_falls_back_to_a_real_prefill_and_says_so(tiny_model, monkeypatch):
+    def full(self, path, tokens):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Layout, "write", full)  # the disk filled after the room was checked
+    events = []
+    result = Run(RunSettings(str(tiny_model), 1024, 8), events.append, options=RunOptions(fill="synthetic")).execute()
+    notices = [e.text for e in events if isinstance(e, Notice)]
+    assert any("prefilled for real" in n and "No space left on device" in n for n in notices), notices
+    assert result.fill == "real" and result.prefilled_tokens == 1024
+
+
 def test_a_filled_run_probes_on_the_way_and_prefills_only_its_largest_call(tiny_model):
     events = []
     result = Run(RunSettings(str(tiny_model), 4096, 8), events.append, options=RunOptions(fill="synthetic")).execute()
@@ -261,6 +276,25 @@ def test_a_filled_context_holds_the_memory_a_prefilled_one_does(smollm2):
     assert filled["rss_peak_bytes"] == pytest.approx(real["rss_peak_bytes"], rel=0.02)
     rise = [r["rss_peak_bytes"] - r["rss_baseline_bytes"] for r in (real, filled)]
     assert abs(rise[1] - rise[0]) <= 0.02 * real["rss_peak_bytes"], rise
+
+
+@pytest.mark.model
+def test_a_triangulation_cancelled_while_it_probes_leaves_no_state_on_disk(smollm2, tmp_path, monkeypatch):
+    """Its worker is killed holding the state its probes load (1k–16k of SmolLM2's cells)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the worker's temp folder too
+    cancel, probed = threading.Event(), []
+
+    def publish(event: object) -> None:
+        if isinstance(event, DecodeWindow) and event.phase == "probe":
+            probed.append(event.depth)
+            cancel.set()
+
+    job = TriangulateJob(RunSettings(str(smollm2), 16_000, 8), depths=[16_000], target=None, reserve=None,
+                         kv_types=[("f16", "f16")], fill="synthetic")
+    with pytest.raises(Cancelled):
+        job.run(publish, cancel, lambda _pid: None)
+    assert probed and list(tmp_path.iterdir()) == []
 
 
 def test_a_filled_triangulation_fills_each_point_and_says_so_in_its_output(tiny_model):

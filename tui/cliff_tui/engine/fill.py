@@ -330,8 +330,7 @@ class KvFiller:
         drops the cells beyond its depth instead of writing a state of its own."""
         depth = len(tokens)
         path = os.path.join(self.folder, f"deepest-{depth}.bin")
-        self._check_room(depth)
-        self.layout.write(path, tokens)
+        self._write(path, tokens)
         self._deepest = (path, list(tokens))
 
     def fill(self, tokens: Sequence[int]) -> None:
@@ -352,13 +351,20 @@ class KvFiller:
     def _fill_alone(self, tokens: Sequence[int]) -> None:
         depth = len(tokens)
         path = os.path.join(self.folder, f"fill-{depth}.bin")
-        self._check_room(depth)
         try:
-            self.layout.write(path, tokens)
+            self._write(path, tokens)
             self._load(path, depth)
         finally:
             if os.path.exists(path):
                 os.remove(path)
+
+    def _write(self, path: str, tokens: Sequence[int]) -> None:
+        self._check_room(len(tokens))
+        try:
+            self.layout.write(path, tokens)
+        except OSError as exc:
+            raise FillUnavailable(f"writing a state of {len(tokens):,} cells to {self.folder} failed: "
+                                  f"{exc.strerror or exc}") from None
 
     def _check_room(self, depth: int) -> None:
         need, free = self.layout.nbytes(depth), shutil.disk_usage(self.folder).free

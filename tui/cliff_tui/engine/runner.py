@@ -288,7 +288,8 @@ class Run:
             if why is not None:
                 raise FillUnavailable(why)
             with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir, call) as filler:
-                self._keep_deepest(filler, tokens, self.settings.depth - tail)
+                if checkpoints:  # more fills than one
+                    self._keep_deepest(filler, tokens, self.settings.depth - tail)
                 reached, points = self._filled_probes(filler, model, tokens, checkpoints, call)
                 reached = _load_toward(filler, tokens, reached, self.settings.depth, tail)
         except FillUnavailable as exc:
@@ -308,15 +309,15 @@ class Run:
         """Write the deepest state once for every fill on the way (engine.fill.keeps_deepest),
         where RAM has room for it: the room after the context was created and zeroed."""
         baseline = self.tracker.baseline
-        room = baseline.ram_room_bytes if baseline is not None else None
         model, state = filler.context.model, filler.layout.nbytes(deepest)
-        if deepest <= learn_tokens(model) or model.n_swa() > 0:
+        if baseline is None or deepest <= learn_tokens(model) or model.n_swa() > 0:
             return
+        room = baseline.ram_room_bytes
         if keeps_deepest(model.n_swa(), state, room):
             filler.keep_deepest(tokens[:deepest])
         else:
             self.publish(Notice(time.time(), f"a KV state written for each probe's depth: RAM has "
-                                             f"{fmt_bytes(room or 0)} free, not twice the deepest state's "
+                                             f"{fmt_bytes(room)} free, not twice the deepest state's "
                                              f"{fmt_bytes(state)}"))
 
     def _filled_probes(self, filler: KvFiller, model: LoadedModel, tokens: list[int], checkpoints: list[int],

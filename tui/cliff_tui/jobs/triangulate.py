@@ -74,18 +74,20 @@ def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int,
 
 def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, bytes_per_cell: float,
                             ubatch: int, options: RunOptions = POINT_OPTIONS, reached: int = 0,
-                            n_swa: int = 0, ram_room_bytes: int | None = None) -> float:
+                            n_swa: int = 0, ram_room_bytes: int | None = None, model_bytes: int = 0) -> float:
     """Wall time of a filled triangulation: per point, the way to each probe depth above the
     last point's and to the depth itself as a filled run takes it (states written, loaded and
     checked with a decode; the rest prefilled), the probes, and the decode at depth.
-    ``ram_room_bytes``: the RAM a point's context leaves free, which decides whether it writes
-    its deepest state once (engine.fill.keeps_deepest) or a state per depth."""
+    ``ram_room_bytes``: the RAM free before the point loads its model (``model_bytes``, charged
+    to a memory cgroup) and creates its context; what they leave decides whether it writes its
+    deepest state once (engine.fill.keeps_deepest) or a state per depth, as the run decides it
+    on the room it reads then (compute buffers aside)."""
     ring, learned = window_ring(n_swa, ubatch), learn_count(n_swa)
     total = 0.0
     for depth in sorted(depths):
         tail = filled_tail(depth, options.probes, ubatch, n_swa)
         deepest = depth - tail
-        room = None if ram_room_bytes is None else ram_room_bytes - int(depth * bytes_per_cell)
+        room = None if ram_room_bytes is None else ram_room_bytes - model_bytes - int(depth * bytes_per_cell)
         kept = deepest > learned and keeps_deepest(n_swa, int(deepest * bytes_per_cell), room)
         if kept:
             total += deepest * bytes_per_cell / STATE_WRITE_BYTES_PER_S
@@ -292,7 +294,7 @@ class TriangulateJob:
             layout = kv_layout(self.model) if self.model else None
             n_swa = layout.n_swa if layout else 0
             return estimate_filled_seconds(self.profile, depths, n_gen, per_cell, ubatch, opt, reached, n_swa,
-                                           self._ram_room)
+                                           self._ram_room, os.path.getsize(self.base.model_path))
         return estimate_seconds(self.profile, depths, n_gen, self.chain, opt, reached if self.chain else 0)
 
     def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Publish, cancel: threading.Event,
@@ -312,8 +314,11 @@ class TriangulateJob:
                 settings = dataclasses.replace(self.base, depth=depth, cache_type_k=k, cache_type_v=v)
                 # a filled point, like a chained one, probes only deeper than the points before it
                 earlier = prior if state_in or self.fill == "synthetic" else ()
+                # the filled states go in the folder removed below: a worker killed on cancel
+                # cannot remove its own
                 options = dataclasses.replace(self.options, run_id=f"{k}-{depth}", state_in=state_in,
-                                              state_out=state_out, prior_points=earlier, fill=self.fill)
+                                              state_out=state_out, prior_points=earlier, fill=self.fill,
+                                              fill_dir=self.options.fill_dir or workdir)
                 expected_s = self._estimate([depth], reached=self.depths[i - 1] if i else 0) if self.profile else None
                 finished = self._point(settings, options, publish, cancel, on_worker)
                 if state_in and os.path.exists(state_in):
