@@ -240,6 +240,11 @@ class RunSettings:
     swa_full: bool = False
 
     @property
+    def call_tokens(self) -> int:
+        """The most tokens one ``llama_decode`` computes at once: a ubatch, no larger than the batch."""
+        return min(self.ubatch_size, self.batch_size)
+
+    @property
     def cache_label(self) -> str:
         """``f16`` when K and V share a type, else ``q8_0/f16``."""
         k, v = self.cache_type_k, self.cache_type_v

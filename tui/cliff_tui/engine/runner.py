@@ -7,8 +7,8 @@
    depth trend that sign 3 is judged against, and are removed from the cache after); or, with
    ``fill="synthetic"``, KV cells loaded (engine.fill) on the way to each probe depth and to
    depth (where RAM has room, from one state written for the deepest load and trimmed to each
-   probe's depth), only the last call prefilled for real, or a sliding-window model's whole ring of cells
-   (:func:`window_ring`), or the stretch from the probe before where that is shorter;
+   probe's depth), only the last call prefilled for real, or a sliding-window model's whole
+   ring of cells (:func:`window_ring`), or the stretch from the probe before where shorter;
 4. ``n_gen`` tokens of decode at depth, in windows; the memory peak is tracked throughout.
 """
 

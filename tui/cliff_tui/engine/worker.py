@@ -234,7 +234,7 @@ def calibrate_deep(settings: RunSettings, profile: PrefillProfile, depth: int, c
     the model cannot be filled or the worker fails). ``chunk``: the prefill call timed there, as
     long as the one a point makes (a 64-token call ran 1.5× slower a token than 512 at 16k);
     by default one ubatch."""
-    chunk = chunk or min(settings.ubatch_size, settings.batch_size)
+    chunk = chunk or settings.call_tokens
     found: list[Any] = []
     run_in_worker(_calibrate_deep_main, (settings, profile, depth, chunk), found.append, cancel, on_pid)
     return found[0] if found and isinstance(found[0], PrefillProfile) else profile

@@ -269,8 +269,7 @@ class TriangulateJob:
             # what grows with depth, measured where the points will be and on the call the first
             # one prefills for real: a shallow calibration sees too little of it to say what a
             # filled point's last call and decode will cost, and a shorter call runs slower a token
-            call = largest_prefill_call(min(depths), self.options.probes,
-                                        min(self.base.ubatch_size, self.base.batch_size))
+            call = largest_prefill_call(min(depths), self.options.probes, self.base.call_tokens)
             self.profile = calibrate_deep(settings, profile, min(depths), cancel, chunk=call, on_pid=on_worker)
             if cancel.is_set():
                 raise Cancelled("cancelled")
@@ -290,11 +289,10 @@ class TriangulateJob:
         if self.fill == "synthetic":
             k, v = self.kv_types[0]
             per_cell = (kv_bytes_per_token(self.model, k, v) if self.model else None) or 0
-            ubatch = min(self.base.ubatch_size, self.base.batch_size)
             layout = kv_layout(self.model) if self.model else None
             n_swa = layout.n_swa if layout else 0
-            return estimate_filled_seconds(self.profile, depths, n_gen, per_cell, ubatch, opt, reached, n_swa,
-                                           self._ram_room, os.path.getsize(self.base.model_path))
+            return estimate_filled_seconds(self.profile, depths, n_gen, per_cell, self.base.call_tokens, opt,
+                                           reached, n_swa, self._ram_room, os.path.getsize(self.base.model_path))
         return estimate_seconds(self.profile, depths, n_gen, self.chain, opt, reached if self.chain else 0)
 
     def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Publish, cancel: threading.Event,
