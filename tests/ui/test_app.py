@@ -246,6 +246,18 @@ async def test_replay_keys_move_the_time_cursor(demo_recording):
         assert "⏸" not in screen_text(app).splitlines()[0]
 
 
+async def test_a_frame_is_written_by_the_call_that_drew_it(demo_recording, monkeypatch):
+    app = CliffApp("replay", Session(recording=demo_recording, speed=1))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("space")  # pause
+        await pilot.pause(0.2)
+        frames: list = []
+        display = app._display
+        monkeypatch.setattr(app, "_display", lambda screen, update: (frames.append(update), display(screen, update)))
+        app.action_step()
+        assert len(frames) == 1
+
+
 async def test_replay_restarted_from_the_end_shows_each_sample_once(demo_recording):
     """``end`` then ``space`` plays again from the start: into a new pipeline, which the app draws."""
     app = CliffApp("replay", Session(recording=demo_recording, speed=16))

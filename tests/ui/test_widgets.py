@@ -15,7 +15,8 @@ from cliff_tui.session import Session
 from cliff_tui.ui.app import CliffApp
 from cliff_tui.ui.render import fit_line
 from cliff_tui.ui.graph import BARS, GAP, MARK, Graph, zoom_range
-from cliff_tui.ui.widgets import KeysLine, LineView
+from cliff_tui.ui import widgets
+from cliff_tui.ui.widgets import KeysLine, LineView, one_paint
 from ui.test_app import TRIANGULATION, replay_to_the_end, settled
 
 GIB = 2**30
@@ -88,6 +89,45 @@ async def test_line_view_repaints_only_the_line_that_changed():
         view.show(3, lambda w: [fit_line([("head", None)], w)] * 3)
         await pilot.pause()
         assert view.size.height == 3
+
+
+def _record_frames(app, monkeypatch) -> list:
+    frames: list = []
+    display = app._display
+    monkeypatch.setattr(app, "_display", lambda screen, update: (frames.append(update), display(screen, update)))
+    return frames
+
+
+async def test_a_line_view_changed_in_one_paint_is_written_as_the_block_ends(monkeypatch):
+    app = _OneView()
+    async with app.run_test(size=(40, 6)) as pilot:
+        view = app.query_one(LineView)
+        view.show(1, lambda w: [fit_line([("head", None)], w), fit_line([("6.1 GiB", None)], w)])
+        await pilot.pause()
+        frames = _record_frames(app, monkeypatch)
+        with one_paint(app.screen):
+            view.show(2, lambda w: [fit_line([("head", None)], w), fit_line([("6.2 GiB", None)], w)])
+            assert frames == []
+        assert len(frames) == 1 and {y for y, _, _ in frames[0].spans} == {1}  # only the changed row
+        await pilot.pause()
+        assert len(frames) == 1  # and no second pass for it
+
+
+async def test_a_line_view_changed_outside_one_paint_or_without_its_private_names_is_written_a_pass_later(
+        monkeypatch):
+    app = _OneView()
+    async with app.run_test(size=(40, 6)) as pilot:
+        view = app.query_one(LineView)
+        view.show(1, lambda w: [fit_line([("6.1 GiB", None)], w)])
+        await pilot.pause()
+        frames = _record_frames(app, monkeypatch)
+        view.show(2, lambda w: [fit_line([("6.2 GiB", None)], w)])
+        monkeypatch.setattr(widgets, "_CAN_PAINT", False)
+        with one_paint(app.screen):
+            view.show(3, lambda w: [fit_line([("6.3 GiB", None)], w)])
+        assert frames == []
+        await pilot.pause()
+        assert len(frames) == 1 and view.render_line(0).text.rstrip() == "6.3 GiB"
 
 
 async def test_line_view_hands_textual_one_full_width_strip_per_line_until_it_changes():

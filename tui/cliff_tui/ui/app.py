@@ -32,7 +32,7 @@ from cliff_tui.pipeline import Pipeline
 from cliff_tui.session import Session
 from cliff_tui.text import inert
 from cliff_tui.ui import render
-from cliff_tui.ui.widgets import Body, DashboardScreen, DashPane, KeysLine, LineView, Pane, PanelView, Part
+from cliff_tui.ui.widgets import Body, DashboardScreen, DashPane, KeysLine, LineView, Pane, PanelView, Part, one_paint
 
 # The modal screens and the projection pane (with the report behind it) are imported where they
 # are first used: the first frame of `watch` comes that much sooner.
@@ -195,6 +195,10 @@ class CliffApp(App):
     # --- drawing --------------------------------------------------------------------------
 
     def _draw(self) -> None:
+        with one_paint(self.screen):  # on the terminal as the frame ends, not 1/60 s later
+            self._draw_views()
+
+    def _draw_views(self) -> None:
         p = self.pipeline
         player = self.session.player
         views = self.views
