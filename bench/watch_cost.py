@@ -333,17 +333,26 @@ def report(terminals: list[Terminal], start: dict) -> float | None:
     return ratio
 
 
-# cliff-tui's threads in the order they start: the sampler starts before the app loads, Textual's
-# driver starts its output writer before its input reader
-THREADS = ("main (Textual's loop, the frames)", "sampler", "Textual's output writer", "Textual's input reader")
+# cliff-tui's threads in the order they start: the sampler (where it reads a GPU; else the
+# screen samples in its tick) starts before the app loads, Textual's driver starts its output
+# writer before its input reader
+def thread_names() -> tuple[str, ...]:
+    from cliff_tui.probes.sampler import Sampler
+
+    sampler = Sampler()
+    own = ("sampler",) if sampler.reads_gpus() else ()
+    sampler.close()
+    return ("main (Textual's loop, the frames, the samples where no GPU is read)", *own,
+            "Textual's output writer (idle: frames are written by the main thread)", "Textual's input reader")
 
 
 def report_threads(before: dict[int, tuple[float, int]], after: dict[int, tuple[float, int]], elapsed: float) -> None:
+    names = thread_names()
     print("\n| cliff-tui thread | CPU s per minute | wake-ups per second |")
     print("| --- | ---: | ---: |")
     for i, tid in enumerate(sorted(set(before) & set(after))):
         (cpu0, woken0), (cpu1, woken1) = before[tid], after[tid]
-        name = THREADS[i] if i < len(THREADS) else f"thread {tid}"
+        name = names[i] if i < len(names) else f"thread {tid}"
         print(f"| {name} | {(cpu1 - cpu0) / elapsed * 60:.2f} | {(woken1 - woken0) / elapsed:.1f} |")
 
 

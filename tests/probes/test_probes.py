@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -23,7 +24,7 @@ from cliff_tui.events import GpuProcess, GpuReading, RamReading, SwapReading
 from cliff_tui.probes import system
 from cliff_tui.probes.amd import AmdSysfsProbe, find_amd_cards
 from cliff_tui.probes.nvidia import NvidiaProbe
-from cliff_tui.probes.sampler import CPU_ONLY_TIERS, Sampler
+from cliff_tui.probes.sampler import CPU_ONLY_TIERS, Sampler, SamplerThread, SamplesInLoop
 from cliff_tui.probes.shared_vram import (
     ADAPTER_DEDICATED, ADAPTER_SHARED, APPLE_REASON, NVIDIA_LINUX_REASON, PROCESS_SHARED, AmdGtt,
     Unavailable, WindowsCounters, choose_backends, fill_shared, per_adapter, per_process,
@@ -810,3 +811,45 @@ def test_sampler_set_pid_follows_another_process(tmp_path: Path, child):
     assert sampler.sample().process.rss_bytes >= CHILD_BYTES
     sampler.set_pid(None)
     assert sampler.sample().process is None
+
+
+def test_a_sampler_reads_gpus_where_nvml_or_amdgpu_has_one(tmp_path: Path):
+    without, _ = probe_for(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    assert not Sampler(nvidia=without, amd=AmdSysfsProbe(tmp_path), platform="linux").reads_gpus()
+    with_one, _ = probe_for(FakeGpu())
+    assert Sampler(nvidia=with_one, amd=AmdSysfsProbe(tmp_path), platform="linux").reads_gpus()
+
+
+def test_samples_in_the_loop_come_when_due_and_skip_ahead_when_late(tmp_path: Path):
+    probe, _ = probe_for(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    taken: list = []
+    loop = SamplesInLoop(Sampler(nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux"), taken.append, 0.25)
+    loop.take_if_due(100.0)
+    loop.take_if_due(100.1, early_s=0.125)
+    assert len(taken) == 1  # the next is due at 100.25
+    loop.take_if_due(100.249, early_s=0.125)  # a tick a hair early still takes it
+    assert len(taken) == 2
+    loop.take_if_due(103.0)  # late by seconds: one sample, not a burst
+    loop.take_if_due(103.0)
+    assert len(taken) == 3
+    loop.take_if_due(103.25)
+    assert len(taken) == 4 and taken[-1].ram.total_bytes > 0
+
+
+def test_a_session_samples_in_its_loop_only_where_no_gpu_is_read(tmp_path: Path):
+    from cliff_tui.session import Session
+
+    without, _ = probe_for(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    with_one, _ = probe_for(FakeGpu())
+    for probe, kind in ((without, SamplesInLoop), (with_one, SamplerThread)):
+        session = Session(sampler=Sampler(nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux"),
+                          interval=0.25)
+        session.start_sampling(in_loop=True)
+        try:
+            assert type(session._sampling) is kind
+            if kind is SamplesInLoop:
+                assert session.drain() == 1  # the first sample, waiting for the first frame
+                session.sample_if_due(time.monotonic() + 0.25)
+                assert session.drain() == 1
+        finally:
+            session.stop()

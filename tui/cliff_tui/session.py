@@ -27,7 +27,7 @@ from cliff_tui.jobs import Job, Outcome
 from cliff_tui.pipeline import Pipeline
 
 if TYPE_CHECKING:  # the probes (psutil, NVML) and the player load only where a session uses them
-    from cliff_tui.probes.sampler import Sampler, SamplerThread
+    from cliff_tui.probes.sampler import Sampler, SamplerThread, SamplesInLoop
     from cliff_tui.recording.player import Player, Seek
     from cliff_tui.recording.reader import Recording
     from cliff_tui.recording.writer import Recorder
@@ -52,7 +52,7 @@ class Session:
         self._inbox: deque[Any] = deque()
         self._lock = threading.Lock()
         self._preload = list(preload)
-        self._sampler_thread: SamplerThread | None = None
+        self._sampling: SamplerThread | SamplesInLoop | None = None
         self._stop_recording: Callable[[], None] = lambda: None
         self.bus.subscribe(self._inbox.append if queued else self._feed_locked)
         if recorder is not None:
@@ -108,20 +108,27 @@ class Session:
         if self.player is not None:
             self.feed_all(self.player.start(time.monotonic() if now is None else now))
 
-    def start_sampling(self) -> None:
-        """Start the sampler thread (once): a front end calls it before it loads its own code, so
-        that the first sample is waiting when the first frame is drawn."""
-        if self.sampler is not None and self._sampler_thread is None:
-            from cliff_tui.probes.sampler import SamplerThread
+    def start_sampling(self, in_loop: bool = False) -> None:
+        """Start sampling (once): a front end calls it before it loads its own code, so that the
+        first sample is waiting when the first frame is drawn. On a thread; or, where ``in_loop``
+        and the sampler reads no GPU, in the front end's loop through :meth:`sample_if_due`."""
+        if self.sampler is not None and self._sampling is None:
+            from cliff_tui.probes.sampler import SamplerThread, SamplesInLoop
 
-            self._sampler_thread = SamplerThread(self.sampler, self.bus.publish, self.interval).start()
+            kind = SamplesInLoop if in_loop and not self.sampler.reads_gpus() else SamplerThread
+            self._sampling = kind(self.sampler, self.bus.publish, self.interval).start()
+
+    def sample_if_due(self, now: float, early_s: float = 0.0) -> None:
+        """A sample, where sampling is in the caller's loop and one is due."""
+        if self._sampling is not None:
+            self._sampling.take_if_due(now, early_s)
 
     def stop(self) -> None:
         """Cancel the job, stop sampling, close the recording (what was written stays readable)."""
         self.cancel.set()
-        if self._sampler_thread is not None:
-            self._sampler_thread.stop()
-            self._sampler_thread = None
+        if self._sampling is not None:
+            self._sampling.stop()
+            self._sampling = None
         self.drain()
         self.stop_recording()
 

@@ -131,6 +131,11 @@ class NvidiaProbe:
 
     # --- reading --------------------------------------------------------------------------
 
+    def has_gpus(self) -> bool:
+        if not self._started:
+            self._start()
+        return not self.reason and bool(self._handles)
+
     def read(self) -> tuple[list[GpuReading], str | None]:
         if not self._started:
             self._start()

@@ -95,6 +95,10 @@ class CliffApp(App):
         return DashboardViews.of(self)
 
     @property
+    def _tick_s(self) -> float:
+        return min(self.session.interval, 0.25)
+
+    @property
     def pipeline(self) -> Pipeline:
         """The session's, read anew each time: a backward seek in a replay replaces it."""
         return self.session.pipeline
@@ -116,7 +120,7 @@ class CliffApp(App):
         self.session.start(time.monotonic())
         if self.session.job is not None:
             self._run_job()
-        self.set_interval(min(self.session.interval, 0.25), self._tick)
+        self.set_interval(self._tick_s, self._tick)
         self._layout_for(self.size)
         self._draw_keys()
         self.session.drain()  # a sample taken while the app loaded is in the first frame
@@ -187,6 +191,7 @@ class CliffApp(App):
         of events is one frame); in a replay, also move the replay clock."""
         if not self.is_running:  # shutting down: the widgets may be gone already
             return
+        self.session.sample_if_due(time.monotonic(), early_s=self._tick_s / 2)
         self.session.drain()
         self.session.replay_tick(time.monotonic())
         if not self.paused:
