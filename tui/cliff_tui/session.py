@@ -1,7 +1,7 @@
 """One monitoring session: the bus, the pipeline, the sampler, the job, the recorder and the player.
 
 The TUI, the headless front end, ``export`` and the tests all build a :class:`Session` and read
-``session.pipeline``; none of them wires these parts by hand. Producers (the sampler thread, a
+``session.pipeline``; none of them wires these parts by hand. Producers (the sampler, a
 job, a recording being replayed) publish on the bus; the session feeds each event into the
 pipeline, writes it to the recorder and hands the alerts the pipeline raised to its listeners.
 

@@ -119,7 +119,7 @@ class CgroupLimits:
         self._searched_at: tuple[int | None, float] | None = None
         self._last: tuple[CgroupReading | None, CpuQuota | None] = (None, None)
         self._quota: FoundCpuQuota | None = None
-        self._lock = threading.Lock()  # the sampler thread and a run's fresh baseline both read
+        self._lock = threading.Lock()  # the sampler and a run's fresh baseline (the job's thread) both read
 
     def read(self, pid: int | None, ram_total: int,
              fresh: bool = False) -> tuple[CgroupReading | None, CpuQuota | None]:

@@ -1,9 +1,10 @@
 """The Textual app: one dashboard for watch, run, triangulate, attach and replay.
 
-The app draws a :class:`Session`. Producers (sampler thread, job worker, replay player) publish on
+The app draws a :class:`Session`. Producers (the sampler, job worker, replay player) publish on
 the session's bus, which only appends to an inbox (thread-safe, never blocks the producer); on the
-UI thread a timer drains the inbox into the session's pipeline and redraws what changed: one
-wake-up per frame, however many events arrived.
+UI thread a timer takes a sample where one is due and no GPU is read (elsewhere the sampler has a
+thread), drains the inbox into the session's pipeline, redraws what changed and writes it to the
+terminal: one wake-up per frame, however many events arrived.
 
 Text from outside (a model's name, a recording, a server, a process name) is drawn as plain text,
 never as markup: ``Text`` and segments for the widgets, ``markup=False`` for the notifications.
