@@ -633,7 +633,7 @@ def _need_terminal(command: str) -> None:
 
 
 def _tui(args: argparse.Namespace, session) -> int:
-    session.start_sampling(in_loop=True)  # the first sample is taken while the screen's code loads
+    session.start_sampling(in_loop=True)  # the first sample is waiting when the screen's code has loaded
     from cliff_tui.ui.app import CliffApp
 
     app = CliffApp(args.command, session, record_text=getattr(args, "record_text", False),
