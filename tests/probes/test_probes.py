@@ -853,3 +853,26 @@ def test_a_session_samples_in_its_loop_only_where_no_gpu_is_read(tmp_path: Path)
                 assert session.drain() == 1
         finally:
             session.stop()
+
+
+def test_a_recorded_session_samples_on_a_thread_from_the_moment_it_records(tmp_path: Path):
+    """A recording keeps its samples while the screen's loop stalls."""
+    from cliff_tui.recording.writer import Recorder
+    from cliff_tui.session import Session
+
+    def session() -> Session:
+        probe, _ = probe_for(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+        return Session(sampler=Sampler(nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux"), interval=0.25)
+
+    recorded = session()
+    recorded.attach_recorder(Recorder.create(tmp_path / "a.jsonl", command=["test"]))
+    later = session()
+    try:
+        recorded.start_sampling(in_loop=True)
+        later.start_sampling(in_loop=True)
+        assert type(recorded._sampling) is SamplerThread and type(later._sampling) is SamplesInLoop
+        later.attach_recorder(Recorder.create(tmp_path / "b.jsonl", command=["test"]))
+        assert type(later._sampling) is SamplerThread
+    finally:
+        recorded.stop()
+        later.stop()

@@ -110,12 +110,15 @@ class Session:
 
     def start_sampling(self, in_loop: bool = False) -> None:
         """Start sampling (once): a front end calls it before it loads its own code, so that the
-        first sample is waiting when the first frame is drawn. On a thread; or, where ``in_loop``
-        and the sampler reads no GPU, in the front end's loop through :meth:`sample_if_due`."""
+        first sample is waiting when the first frame is drawn. On a thread; or, where ``in_loop``,
+        the sampler reads no GPU and nothing is recorded, in the front end's loop through
+        :meth:`sample_if_due`. A recording keeps sampling on a thread while the loop stalls (a
+        terminal that stops reading, a long frame)."""
         if self.sampler is not None and self._sampling is None:
             from cliff_tui.probes.sampler import SamplerThread, SamplesInLoop
 
-            kind = SamplesInLoop if in_loop and not self.sampler.reads_gpus() else SamplerThread
+            in_loop = in_loop and self.recorder is None and not self.sampler.reads_gpus()
+            kind = SamplesInLoop if in_loop else SamplerThread
             self._sampling = kind(self.sampler, self.bus.publish, self.interval).start()
 
     def sample_if_due(self, now: float, early_s: float = 0.0) -> None:
@@ -173,6 +176,11 @@ class Session:
         if self.pipeline.latest is not None or self.pipeline.runs:
             recorder.write_snapshot(self.pipeline)
         self._stop_recording = self.bus.subscribe(recorder.write)
+        if self._sampling is not None and self._sampling.in_loop:
+            from cliff_tui.probes.sampler import SamplerThread
+
+            self._sampling.stop()
+            self._sampling = SamplerThread(self.sampler, self.bus.publish, self.interval).start()
 
     def _recording_failed(self, text: str) -> None:
         self.recording_failure = text

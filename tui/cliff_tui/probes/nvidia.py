@@ -131,10 +131,14 @@ class NvidiaProbe:
 
     # --- reading --------------------------------------------------------------------------
 
-    def has_gpus(self) -> bool:
-        if not self._started:
-            self._start()
-        return not self.reason and bool(self._handles)
+    def may_have_gpus(self) -> bool:
+        """Without starting NVML, which can take seconds where the driver does not persist: False
+        where its library is absent or, once started, it found no GPU."""
+        if not self._started and self._nvml is not None:
+            self._start()  # a module given: nothing to load
+        if self._started:
+            return not self.reason and bool(self._handles)
+        return not _driver_absent()
 
     def read(self) -> tuple[list[GpuReading], str | None]:
         if not self._started:

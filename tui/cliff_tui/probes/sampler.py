@@ -50,7 +50,7 @@ class Sampler:
         """Whether a sample asks a GPU (NVML, amdgpu's files, a platform's counters), which can
         wait (NVML's PCIe counters take 20 ms a call); without one, a sample is a few /proc and
         cgroup files."""
-        return (self.nvidia.has_gpus() or bool(self.amd and self.amd.cards)
+        return (self.nvidia.may_have_gpus() or bool(self.amd and self.amd.cards)
                 or any(not isinstance(backend, Unavailable) for backend in self.shared))
 
     def sample(self, fresh: bool = False) -> Sample:
@@ -158,6 +158,8 @@ class CgroupLimits:
 class SamplerThread:
     """Calls ``sampler.sample()`` every ``interval`` seconds and hands each sample to ``publish``."""
 
+    in_loop = False
+
     def __init__(self, sampler: Sampler, publish: Callable[[Sample], None], interval: float) -> None:
         self.sampler = sampler
         self.publish = publish
@@ -194,6 +196,8 @@ class SamplesInLoop:
     (:meth:`take_if_due`, from a screen's tick): for a sampler that reads no GPU, whose sample
     never waits. A thread on a clock of its own wakes once more a sample and hands the GIL over
     twice; side by side under churn, a screen that sampled in its tick cost 0.91× the CPU time."""
+
+    in_loop = True
 
     def __init__(self, sampler: Sampler, publish: Callable[[Sample], None], interval: float) -> None:
         self.sampler = sampler

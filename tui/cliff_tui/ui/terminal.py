@@ -69,6 +69,7 @@ class QuietLinuxDriver(LinuxDriver):
 
     def write(self, data: str) -> None:
         self._file.write(data)
+        self._file.flush()  # a bell or a clipboard copy is not followed by a flush
 
     def flush(self) -> None:
         self._file.flush()
