@@ -118,8 +118,10 @@ class Session:
             from cliff_tui.probes.sampler import SamplerThread, SamplesInLoop
 
             in_loop = in_loop and self.recorder is None and not self.sampler.reads_gpus()
-            kind = SamplesInLoop if in_loop else SamplerThread
-            self._sampling = kind(self.sampler, self.bus.publish, self.interval).start()
+            self._sample_with(SamplesInLoop if in_loop else SamplerThread)
+
+    def _sample_with(self, kind: type[SamplerThread] | type[SamplesInLoop]) -> None:
+        self._sampling = kind(self.sampler, self.bus.publish, self.interval).start()
 
     def sample_if_due(self, now: float, early_s: float = 0.0) -> None:
         """A sample, where sampling is in the caller's loop and one is due."""
@@ -180,7 +182,7 @@ class Session:
             from cliff_tui.probes.sampler import SamplerThread
 
             self._sampling.stop()
-            self._sampling = SamplerThread(self.sampler, self.bus.publish, self.interval).start()
+            self._sample_with(SamplerThread)
 
     def _recording_failed(self, text: str) -> None:
         self.recording_failure = text
