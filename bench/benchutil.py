@@ -29,8 +29,10 @@ def machine_line() -> str:
     import psutil
 
     cores = psutil.cpu_count(logical=False) or os.cpu_count()
-    return (f"{platform.processor() or platform.machine()}, {cores} cores ({os.cpu_count()} logical), "
-            f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}")
+    return (
+        f"{platform.processor() or platform.machine()}, {cores} cores ({os.cpu_count()} logical), "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}"
+    )
 
 
 def machine_pace(loops: int = 1_000_000) -> float:
@@ -65,7 +67,7 @@ class OtherLoad:
     def __init__(self) -> None:
         self.start()
 
-    def start(self) -> "OtherLoad":
+    def start(self) -> OtherLoad:
         import psutil
 
         self._t0, self._busy0, self._own0 = time.monotonic(), _busy_cpu(), _own_cpu()
@@ -80,7 +82,7 @@ class OtherLoad:
         self.top: list[str] = []
         return self
 
-    def stop(self) -> "OtherLoad":
+    def stop(self) -> OtherLoad:
         import psutil
 
         wall = max(time.monotonic() - self._t0, 1e-9)

@@ -1,7 +1,7 @@
 """Where decode falls off a cliff when a memory cgroup's limit is below the KV cache (as root).
 
 For each limit (MiB) this makes swap (a swap file, or zram with ``--swap zram``) and a memory cgroup
-``cliff-test-…`` (tests/cgroup_cliff.py: v2 memory.max where the v2 memory controller is on, v1
+``cliff-test-…`` (tests/support/cgroup_cliff.py: v2 memory.max where the v2 memory controller is on, v1
 memory.limit_in_bytes otherwise), runs in it, watches it every 0.2 s, and undoes everything:
 
   1. the probe curve: a bare llama-cpp-python loop (llama.cpp's C API, not cliff_tui's engine) that
@@ -38,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # tests/ first: its cgroup_cliff (the sandbox) and not this script, which has the same name
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tui"), str(ROOT / "bench")]
+sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tui"), str(ROOT / "bench")]
 
 MiB = 1024 * 1024
 FAULT_KNEE = 256  # major faults a decoded token (1 MiB read back) from which a probe counts as paging
@@ -60,8 +60,12 @@ def probe_child(args: argparse.Namespace) -> int:
     from cliff_tui.engine.tokens import BUILTIN_TEXT
 
     def emit(**record: object) -> None:
-        record.update(t=time.time(), rss_anon_kib=_status_kib("RssAnon"), rss_file_kib=_status_kib("RssFile"),
-                      vm_swap_kib=_status_kib("VmSwap"))
+        record.update(
+            t=time.time(),
+            rss_anon_kib=_status_kib("RssAnon"),
+            rss_file_kib=_status_kib("RssFile"),
+            vm_swap_kib=_status_kib("VmSwap"),
+        )
         print(json.dumps(record), flush=True)
 
     L.llama_backend_init()
@@ -97,7 +101,7 @@ def probe_child(args: argparse.Namespace) -> int:
     ids = tokenize(BUILTIN_TEXT, True)
     while len(ids) < args.depth:
         ids.extend(body)
-    ids = ids[:args.depth]
+    ids = ids[: args.depth]
 
     def decode(tokens: list[int]) -> None:
         array = (L.llama_token * len(tokens))(*tokens)
@@ -127,8 +131,13 @@ def probe_child(args: argparse.Namespace) -> int:
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_majflt - faults0
             L.llama_memory_seq_rm(memory, 0, reached, -1)
             steady = sorted(durations[1:])
-            emit(event="probe", depth=reached, ms=steady[len(steady) // 2] * 1000,
-                 majflt_per_token=faults / args.probe_tokens, last_prefill_ms=prefill_s * 1000)
+            emit(
+                event="probe",
+                depth=reached,
+                ms=steady[len(steady) // 2] * 1000,
+                majflt_per_token=faults / args.probe_tokens,
+                last_prefill_ms=prefill_s * 1000,
+            )
     L.llama_free(ctx)
     L.llama_model_free(model)
     return 0
@@ -156,20 +165,51 @@ class Measured:
 
 
 def child_argv(args: argparse.Namespace) -> list[str]:
-    argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--model", args.model, "--depth",
-            str(args.depth), "--probe-every", str(args.probe_every), "--probe-tokens", str(args.probe_tokens),
-            "--ubatch", str(args.ubatch), "--threads", str(args.threads)]
+    argv = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        "--model",
+        args.model,
+        "--depth",
+        str(args.depth),
+        "--probe-every",
+        str(args.probe_every),
+        "--probe-tokens",
+        str(args.probe_tokens),
+        "--ubatch",
+        str(args.ubatch),
+        "--threads",
+        str(args.threads),
+    ]
     return argv + (["--no-mmap"] if args.no_mmap else [])
 
 
 def run_argv(args: argparse.Namespace, record: Path) -> list[str]:
     python = os.environ.get("CLIFF_PYTHON", sys.executable)
-    return [python, "-m", "cliff_tui", "run", "--headless", "--depth", str(args.depth), "--n-gen", str(args.n_gen),
-            "-t", str(args.threads), "-o", "json", "--record", str(record), "--force"]
+    return [
+        python,
+        "-m",
+        "cliff_tui",
+        "run",
+        "--headless",
+        "--depth",
+        str(args.depth),
+        "--n-gen",
+        str(args.n_gen),
+        "-t",
+        str(args.threads),
+        "-o",
+        "json",
+        "--record",
+        str(record),
+        "--force",
+    ]
 
 
-def measure(argv: list[str], label: str, limit_mib: int | None, args: argparse.Namespace,
-            record: Path | None = None) -> Measured:
+def measure(
+    argv: list[str], label: str, limit_mib: int | None, args: argparse.Namespace, record: Path | None = None
+) -> Measured:
     import cgroup_cliff as cc
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tui"), os.environ.get("PYTHONPATH", "")]))
@@ -179,8 +219,10 @@ def measure(argv: list[str], label: str, limit_mib: int | None, args: argparse.N
             rc = subprocess.run(argv, check=False, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=ROOT).returncode
             samples, limit = [], None
         else:
-            with cc.sandbox(limit_mib * MiB, args.swap_mib * MiB, args.swap) as box, \
-                    cc.Monitor(box.cgroup, interval_s=0.2) as monitor:
+            with (
+                cc.sandbox(limit_mib * MiB, args.swap_mib * MiB, args.swap) as box,
+                cc.Monitor(box.cgroup, interval_s=0.2) as monitor,
+            ):
                 proc = box.popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
                 rc = proc.wait()
             samples, limit = monitor.samples, box.cgroup.limit_bytes
@@ -247,11 +289,17 @@ def run_figures(m: Measured) -> dict:
     at_depth = [p["ms_per_token"] for p in points if p["phase"] == "depth"]
     trend_ms = line_at(probes, depth) if depth else None
     measured_ms = statistics.median(at_depth) if at_depth else None
-    return {"trend_ms": trend_ms, "measured_ms": measured_ms, "depth_tok_s": r.get("depth_tok_s"),
-            "verdict": r.get("verdict"), "verdict_text": r.get("verdict_text"),
-            "probes": [(p["depth"], round(p["ms_per_token"], 1)) for p in points if p["phase"] == "probe"],
-            "kv_bytes": sum((r.get("kv_buffers") or {}).values()), "n_ctx": r.get("n_ctx"),
-            "swap_delta_bytes": r.get("swap_delta_bytes")}
+    return {
+        "trend_ms": trend_ms,
+        "measured_ms": measured_ms,
+        "depth_tok_s": r.get("depth_tok_s"),
+        "verdict": r.get("verdict"),
+        "verdict_text": r.get("verdict_text"),
+        "probes": [(p["depth"], round(p["ms_per_token"], 1)) for p in points if p["phase"] == "probe"],
+        "kv_bytes": sum((r.get("kv_buffers") or {}).values()),
+        "n_ctx": r.get("n_ctx"),
+        "swap_delta_bytes": r.get("swap_delta_bytes"),
+    }
 
 
 def phase_at(progress: list[tuple[float, str, int]], t: float) -> tuple[str, int] | None:
@@ -275,14 +323,17 @@ def memory_figures(m: Measured) -> dict:
     decode = [x for x in s if m.progress and (phase_at(m.progress, x.t) or ("",))[0] == "decode"]
     faults_decode = decode[-1].major_faults - decode[0].major_faults if len(decode) > 1 else None
     return {
-        "swap_peak": max(x.swap_bytes or 0 for x in s), "vm_swap_peak": max(x.vm_swap_bytes for x in s),
+        "swap_peak": max(x.swap_bytes or 0 for x in s),
+        "vm_swap_peak": max(x.vm_swap_bytes for x in s),
         "system_swap_peak": max(x.system_swap_bytes for x in s) - s[0].system_swap_bytes,
-        "anon_at_swap_peak": fullest.anon_bytes, "file_at_swap_peak": fullest.file_bytes,
+        "anon_at_swap_peak": fullest.anon_bytes,
+        "file_at_swap_peak": fullest.file_bytes,
         "usage_peak": max(x.usage_bytes for x in s),
         "at_limit_s": at_limit.t - s[0].t if at_limit else None,
         "at_limit_phase": phase_at(m.progress, at_limit.t) if at_limit and m.progress else None,
         "major_faults": last.major_faults - s[0].major_faults if last.major_faults is not None else None,
-        "decode_faults": faults_decode, "swap_ins": last.swap_ins - s[0].swap_ins,
+        "decode_faults": faults_decode,
+        "swap_ins": last.swap_ins - s[0].swap_ins,
     }
 
 
@@ -292,8 +343,10 @@ def mib(n: float | None) -> str:
 
 def report(args: argparse.Namespace, curves: dict, runs: dict) -> None:
     peers = curves.get(None, [])
-    print(f"\n## probe curve: depth {args.depth}, a probe of {args.probe_tokens} tokens every {args.probe_every}, "
-          f"ubatch {args.ubatch}, {args.threads} threads, {'no mmap' if args.no_mmap else 'mmap'}, swap {args.swap}")
+    print(
+        f"\n## probe curve: depth {args.depth}, a probe of {args.probe_tokens} tokens every {args.probe_every}, "
+        f"ubatch {args.ubatch}, {args.threads} threads, {'no mmap' if args.no_mmap else 'mmap'}, swap {args.swap}"
+    )
     for limit, ms in curves.items():
         if limit is None:
             continue
@@ -303,16 +356,20 @@ def report(args: argparse.Namespace, curves: dict, runs: dict) -> None:
             k, fk = knee(curve, peer), fault_knee(curve)
             ctx = next((r for r in m.records if r.get("event") == "context"), {})
             loaded = next((r for r in m.records if r.get("event") == "loaded"), {})
-            print(f"\nlimit {limit} MiB rep {rep + 1}: knee {k} (≥ 2× the peer), paging from {fk} (≥ {FAULT_KNEE} "
-                  f"major faults a token), wall {m.wall_s:.0f} s, rc {m.rc}; "
-                  f"anon after load {loaded.get('rss_anon_kib', 0) / 1024:.1f} MiB, after context "
-                  f"{ctx.get('rss_anon_kib', 0) / 1024:.1f} (VmSwap {ctx.get('vm_swap_kib', 0) / 1024:.1f}), "
-                  f"mem {json.dumps({k2: (mib(v) if 'peak' in k2 else v) for k2, v in memory_figures(m).items()})}")
+            print(
+                f"\nlimit {limit} MiB rep {rep + 1}: knee {k} (≥ 2× the peer), paging from {fk} (≥ {FAULT_KNEE} "
+                f"major faults a token), wall {m.wall_s:.0f} s, rc {m.rc}; "
+                f"anon after load {loaded.get('rss_anon_kib', 0) / 1024:.1f} MiB, after context "
+                f"{ctx.get('rss_anon_kib', 0) / 1024:.1f} (VmSwap {ctx.get('vm_swap_kib', 0) / 1024:.1f}), "
+                f"mem {json.dumps({k2: (mib(v) if 'peak' in k2 else v) for k2, v in memory_figures(m).items()})}"
+            )
             print("  depth  ms/tok  peer  ratio  majflt/tok  VmSwap MiB")
             for d in sorted(curve):
                 p = peer.get(d, {}).get("ms")
-                print(f"  {d:5d} {curve[d]['ms']:7.1f} {p or 0:6.1f} {curve[d]['ms'] / p if p else 0:6.2f} "
-                      f"{curve[d]['majflt_per_token']:10.1f} {curve[d]['vm_swap_kib'] / 1024:8.1f}")
+                print(
+                    f"  {d:5d} {curve[d]['ms']:7.1f} {p or 0:6.1f} {curve[d]['ms'] / p if p else 0:6.2f} "
+                    f"{curve[d]['majflt_per_token']:10.1f} {curve[d]['vm_swap_kib'] / 1024:8.1f}"
+                )
     if not runs:
         return
     print(f"\n## cliff-tui run --depth {args.depth} --n-gen {args.n_gen}")
@@ -324,17 +381,20 @@ def report(args: argparse.Namespace, curves: dict, runs: dict) -> None:
             trend, meas, pm = f["trend_ms"], f["measured_ms"], peer.get("measured_ms")
             below_trend = 1 - trend / meas if trend and meas else None
             below_peer = 1 - pm / meas if pm and meas else None
-            print(f"\nlimit {limit} MiB rep {rep + 1}: wall {m.wall_s:.0f} s rc {m.rc}; decode at depth "
-                  f"{meas and 1000 / meas:.1f} tok/s ({meas and round(meas, 1)} ms) vs own trend "
-                  f"{trend and 1000 / trend:.1f} tok/s → {below_trend and below_trend * 100:.0f} % below; vs peer "
-                  f"{pm and 1000 / pm:.1f} tok/s → {below_peer and below_peer * 100:.0f} % below; verdict "
-                  f"{f['verdict']}: {f['verdict_text']}")
+            print(
+                f"\nlimit {limit} MiB rep {rep + 1}: wall {m.wall_s:.0f} s rc {m.rc}; decode at depth "
+                f"{meas and 1000 / meas:.1f} tok/s ({meas and round(meas, 1)} ms) vs own trend "
+                f"{trend and 1000 / trend:.1f} tok/s → {below_trend and below_trend * 100:.0f} % below; vs peer "
+                f"{pm and 1000 / pm:.1f} tok/s → {below_peer and below_peer * 100:.0f} % below; verdict "
+                f"{f['verdict']}: {f['verdict_text']}"
+            )
             print(f"  probes {f['probes']}")
-            print(f"  KV {mib(f['kv_bytes'])} MiB for n_ctx {f['n_ctx']}; run's swap_delta {mib(f['swap_delta_bytes'])}")
+            print(
+                f"  KV {mib(f['kv_bytes'])} MiB for n_ctx {f['n_ctx']}; run's swap_delta {mib(f['swap_delta_bytes'])}"
+            )
             fig = memory_figures(m)
             if fig:
-                print("  " + ", ".join(f"{k}={mib(v) if 'peak' in k else v}"
-                                       for k, v in fig.items()))
+                print("  " + ", ".join(f"{k}={mib(v) if 'peak' in k else v}" for k, v in fig.items()))
 
 
 def main() -> int:
@@ -365,8 +425,9 @@ def main() -> int:
     if args.child:
         return probe_child(args)
 
-    import cgroup_cliff as cc
     from benchutil import command_line, machine_line
+
+    import cgroup_cliff as cc
 
     try:
         cc.require_root()
@@ -392,11 +453,15 @@ def main() -> int:
                     print(f"rep {rep + 1} limit {limit}: run {m.wall_s:.0f} s", flush=True)
     report(args, curves if not args.no_curve else {}, runs if not args.no_run else {})
     if args.json_out:
-        dump = {kind: {str(limit): [dataclasses.asdict(m) for m in ms] for limit, ms in found.items()}
-                for kind, found in (("curves", curves), ("runs", runs))}
+        dump = {
+            kind: {str(limit): [dataclasses.asdict(m) for m in ms] for limit, ms in found.items()}
+            for kind, found in (("curves", curves), ("runs", runs))
+        }
         args.json_out.write_text(json.dumps(dump))
-    print(f"\nleft behind: swaps {cc.active_swaps()}, cgroups "
-          f"{[p.name for p in Path(cc.find_mounts()[cc.cgroup_version()].mount_point).glob(cc.PREFIX + '*')]}")
+    print(
+        f"\nleft behind: swaps {cc.active_swaps()}, cgroups "
+        f"{[p.name for p in Path(cc.find_mounts()[cc.cgroup_version()].mount_point).glob(cc.PREFIX + '*')]}"
+    )
     return 0
 
 

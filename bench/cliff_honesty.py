@@ -6,7 +6,7 @@ cliff, and what the depth probes cost.
 - quiet: `cliff-tui run --headless` on the default model with nothing else running;
 - hog: the same beside a busy loop pinned to core 0;
 - cgroup (as root): the same inside a memory cgroup below the KV cache with a swap file
-  (tests/cgroup_cliff.py makes and removes them), where decode really falls off a cliff.
+  (tests/support/cgroup_cliff.py makes and removes them), where decode really falls off a cliff.
 
 A false alarm is a red verdict or alert on a run with no memory sign, or an amber one that names no
 measured cause; an amber that names the load the sampler measured (the hog's, or a busy machine's)
@@ -27,17 +27,32 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests" / "support")]
 
-from benchutil import machine_line  # noqa: E402
-from cliff_tui.recording.export import replay_all  # noqa: E402
-from cliff_tui.recording.reader import open_recording  # noqa: E402
-from cliff_tui.units import MiB, parse_tokens  # noqa: E402
+from benchutil import machine_line
+
+from cliff_tui.recording.export import replay_all
+from cliff_tui.recording.reader import open_recording
+from cliff_tui.units import MiB, parse_tokens
 
 
 def run(depth: int, record: Path, popen=subprocess.Popen, extra: tuple[str, ...] = ()) -> dict:
-    argv = [sys.executable, "-m", "cliff_tui", "run", "--headless", "--depth", str(depth), "--n-gen", "32",
-            "-o", "json", "--record", str(record), *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "cliff_tui",
+        "run",
+        "--headless",
+        "--depth",
+        str(depth),
+        "--n-gen",
+        "32",
+        "-o",
+        "json",
+        "--record",
+        str(record),
+        *extra,
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tui"))
     proc = popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     out, err = proc.communicate(timeout=1800)
@@ -61,19 +76,22 @@ MEASURED_CAUSES = ("other processes used", "throttling")
 
 def false_alarm(result: dict, alarms: list[str]) -> bool:
     """A cliff claimed with no memory sign (red), or an amber that names no measured cause, final or live."""
+
     def unexplained(level: str, text: str) -> bool:
         return level == "red" or (level == "amber" and not any(c in text for c in MEASURED_CAUSES))
 
     cliff = result["cliff"]
-    return unexplained(cliff["level"], cliff["text"]) or any(
-        unexplained(a.split(":", 1)[0], a) for a in alarms)
+    return unexplained(cliff["level"], cliff["text"]) or any(unexplained(a.split(":", 1)[0], a) for a in alarms)
 
 
 def kind(label: str, n: int, depth: int, tmp: Path, hog: bool = False) -> list[dict]:
     rows = []
     for i in range(n):
-        hogger = subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"]) \
-            if hog else None
+        hogger = (
+            subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"])
+            if hog
+            else None
+        )
         try:
             record = tmp / f"{label}-{i}.jsonl"
             result = run(depth, record)
@@ -82,11 +100,22 @@ def kind(label: str, n: int, depth: int, tmp: Path, hog: bool = False) -> list[d
                 hogger.kill()
                 hogger.wait()
         alarms = live_alarms(record)
-        rows.append({"kind": label, "cliff": result["cliff"]["level"], "text": result["cliff"]["text"],
-                     "alarms": alarms, "false_alarm": false_alarm(result, alarms),
-                     "probe_cost": probe_cost(result), "depth_tok_s": result["depth_tok_s"]})
-        print(f"{label} {i + 1}/{n}: {rows[-1]['cliff']} — {rows[-1]['text'][:110]} · live alarms {len(alarms)} · "
-              f"probes {100 * rows[-1]['probe_cost']:.1f} % of the run", flush=True)
+        rows.append(
+            {
+                "kind": label,
+                "cliff": result["cliff"]["level"],
+                "text": result["cliff"]["text"],
+                "alarms": alarms,
+                "false_alarm": false_alarm(result, alarms),
+                "probe_cost": probe_cost(result),
+                "depth_tok_s": result["depth_tok_s"],
+            }
+        )
+        print(
+            f"{label} {i + 1}/{n}: {rows[-1]['cliff']} — {rows[-1]['text'][:110]} · live alarms {len(alarms)} · "
+            f"probes {100 * rows[-1]['probe_cost']:.1f} % of the run",
+            flush=True,
+        )
     return rows
 
 
@@ -109,11 +138,19 @@ def cgroup_cliff(tmp: Path) -> dict | None:
     onset = paging_onset(monitor.samples, windows)
     named = result["cliff"]["depth"]
     error = abs(named - onset) / onset if named is not None and onset else None
-    print(f"cgroup cliff: {result['cliff']['level']} on {result['cliff']['tier']} at depth {named}; by the cgroup's "
-          f"own fault counter decode began reading pages back at depth {onset} → error "
-          f"{'–' if error is None else f'{100 * error:.0f} %'}")
-    return {"level": result["cliff"]["level"], "tier": result["cliff"]["tier"], "depth": named,
-            "onset": onset, "error": error, "text": result["cliff"]["text"]}
+    print(
+        f"cgroup cliff: {result['cliff']['level']} on {result['cliff']['tier']} at depth {named}; by the cgroup's "
+        f"own fault counter decode began reading pages back at depth {onset} → error "
+        f"{'–' if error is None else f'{100 * error:.0f} %'}"
+    )
+    return {
+        "level": result["cliff"]["level"],
+        "tier": result["cliff"]["tier"],
+        "depth": named,
+        "onset": onset,
+        "error": error,
+        "text": result["cliff"]["text"],
+    }
 
 
 def main() -> None:
@@ -133,8 +170,10 @@ def main() -> None:
     if cliff is not None:
         ok = cliff["level"] == "red" and cliff["error"] is not None and cliff["error"] <= 0.2
         error = "–" if cliff["error"] is None else f"{100 * cliff['error']:.0f} %"
-        print(f"cliff: {cliff['level']} on {cliff['tier']}, knee error {error} (goal ≤ 20 %): "
-              f"{'met' if ok else 'NOT met'}")
+        print(
+            f"cliff: {cliff['level']} on {cliff['tier']}, knee error {error} (goal ≤ 20 %): "
+            f"{'met' if ok else 'NOT met'}"
+        )
 
 
 if __name__ == "__main__":

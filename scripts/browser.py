@@ -26,9 +26,18 @@ from typing import Any
 
 import aiohttp
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars", "--remote-debugging-port=0"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--remote-debugging-port=0",
+]
 FIRST_BYTE = "document.body.classList.contains('-first-byte')"
 
 
@@ -56,16 +65,26 @@ class DevTools:
                 return reply.get("result", {})
 
 
-async def screenshot(url: str, out: Path, *, size: tuple[int, int] = (1280, 800), ready: str = FIRST_BYTE,
-                     settle_s: float = 2.0, timeout_s: float = 90.0) -> Path:
+async def screenshot(
+    url: str,
+    out: Path,
+    *,
+    size: tuple[int, int] = (1280, 800),
+    ready: str = FIRST_BYTE,
+    settle_s: float = 2.0,
+    timeout_s: float = 90.0,
+) -> Path:
     """Load ``url``, wait until the JavaScript ``ready`` is true, wait ``settle_s``, save a PNG."""
     chromium = find_chromium()
     if chromium is None:
         raise FileNotFoundError("no chromium on PATH (apt-get install chromium)")
     with tempfile.TemporaryDirectory(prefix="cliff-chromium-") as profile:
-        proc = subprocess.Popen([chromium, *FLAGS, f"--user-data-dir={profile}",
-                                 f"--window-size={size[0]},{size[1]}", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [chromium, *FLAGS, f"--user-data-dir={profile}", f"--window-size={size[0]},{size[1]}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             endpoint = await _endpoint(Path(profile), proc, timeout_s)
             async with aiohttp.ClientSession() as http, http.ws_connect(endpoint, max_msg_size=0) as ws:
@@ -109,12 +128,14 @@ async def _endpoint(profile: Path, proc: subprocess.Popen, timeout_s: float) -> 
     raise TimeoutError("chromium did not open its DevTools port")
 
 
-async def _shoot(cdp: DevTools, url: str, size: tuple[int, int], ready: str, settle_s: float,
-                 timeout_s: float) -> bytes:
+async def _shoot(
+    cdp: DevTools, url: str, size: tuple[int, int], ready: str, settle_s: float, timeout_s: float
+) -> bytes:
     target = await cdp.call("Target.createTarget", url="about:blank")
     session = (await cdp.call("Target.attachToTarget", targetId=target["targetId"], flatten=True))["sessionId"]
-    await cdp.call("Emulation.setDeviceMetricsOverride", session, width=size[0], height=size[1],
-                   deviceScaleFactor=1, mobile=False)
+    await cdp.call(
+        "Emulation.setDeviceMetricsOverride", session, width=size[0], height=size[1], deviceScaleFactor=1, mobile=False
+    )
     await cdp.call("Page.navigate", session, url=url)
     deadline = time.monotonic() + timeout_s
     while True:

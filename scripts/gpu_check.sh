@@ -15,7 +15,7 @@
 #        triangulate.json   cliff-tui triangulate --headless --depths 16k,32k,65k -o json
 #        watch.jsonl        a 60 s `watch --headless --record` while `run --headless` decodes
 #        nvml_shapes.json   raw NVML readings, idle and during the decode (scripts/gpu_nvml_dump.py),
-#                           for tests/fakes/nvml.py to replay
+#                           for tests/support/fakes/nvml.py to replay
 #      and one context far too large for the GPU (`run -c 16777216`: a real CUDA allocation fails, the
 #      "does not fit" line and exit code land in steps.log and steps.tsv);
 #   4. steps.tsv (step, seconds, exit code, note), steps.log (each step's command and stderr tail),

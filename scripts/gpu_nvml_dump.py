@@ -1,4 +1,4 @@
-"""Raw NVML readings as the installed nvidia-ml-py returns them, for tests/fakes/nvml.py to replay.
+"""Raw NVML readings as the installed nvidia-ml-py returns them, for tests/support/fakes/nvml.py to replay.
 
 Records exactly the calls the fake stands in for (and the probe makes), each as its value (a
 ctypes structure as its fields plus its type name, a process list as its entries) or as the
@@ -16,27 +16,34 @@ import ctypes
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pynvml
 
 SCHEMA = 1
 # The binding's plain name calls the _v3 symbol (nvidia-ml-py ≥ 11.515); there is no v1 wrapper.
-PROCESS_CALLS = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
-                 "nvmlDeviceGetComputeRunningProcesses")
+PROCESS_CALLS = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetComputeRunningProcesses",
+)
 CLOCKS = ("NVML_CLOCK_GRAPHICS", "NVML_CLOCK_SM", "NVML_CLOCK_MEM", "NVML_CLOCK_VIDEO")
 PCIE = ("NVML_PCIE_UTIL_RX_BYTES", "NVML_PCIE_UTIL_TX_BYTES")
-OPTIONAL_NAMES = ("nvmlMemory_v2", "nvmlDeviceGetCurrentClocksEventReasons",
-                  "nvmlDeviceGetCurrentClocksThrottleReasons", *PROCESS_CALLS)
+OPTIONAL_NAMES = (
+    "nvmlMemory_v2",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    *PROCESS_CALLS,
+)
 _ERROR_NAMES = {getattr(pynvml, n): n for n in dir(pynvml) if n.startswith("NVML_ERROR_")}
 
 
 def plain(value: Any) -> Any:
     """A JSON shape of what the binding returned, keeping the ctypes type name."""
     if isinstance(value, ctypes.Structure):
-        return {"_type": type(value).__name__,
-                **{name: plain(getattr(value, name)) for name, *_ in value._fields_}}
+        return {"_type": type(value).__name__, **{name: plain(getattr(value, name)) for name, *_ in value._fields_}}
     if isinstance(value, pynvml.nvmlFriendlyObject):
         return {"_type": "nvmlFriendlyObject", **{k: plain(v) for k, v in vars(value).items()}}
     if isinstance(value, (list, tuple)):
@@ -54,8 +61,13 @@ def outcome(call: Callable[[], Any]) -> dict[str, Any]:
         value = call()
     except pynvml.NVMLError as exc:
         code = getattr(exc, "value", None)
-        return {"error": code, "error_name": _ERROR_NAMES.get(code), "error_class": type(exc).__name__,
-                "message": str(exc), "ms": _ms(start)}
+        return {
+            "error": code,
+            "error_name": _ERROR_NAMES.get(code),
+            "error_class": type(exc).__name__,
+            "message": str(exc),
+            "ms": _ms(start),
+        }
     return {"value": plain(value), "ms": _ms(start)}
 
 
@@ -104,8 +116,10 @@ def processes_v1(handle: Any) -> list[dict[str, Any]]:
 
 def read_gpu(index: int) -> dict[str, Any]:
     got = outcome(lambda: pynvml.nvmlDeviceGetHandleByIndex(index))
-    reading: dict[str, Any] = {"index": index, "nvmlDeviceGetHandleByIndex": {k: v for k, v in got.items()
-                                                                             if k != "value"}}
+    reading: dict[str, Any] = {
+        "index": index,
+        "nvmlDeviceGetHandleByIndex": {k: v for k, v in got.items() if k != "value"},
+    }
     if "error" in got:
         return reading
     h = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -114,16 +128,20 @@ def read_gpu(index: int) -> dict[str, Any]:
         "nvmlDeviceGetUUID": outcome(lambda: pynvml.nvmlDeviceGetUUID(h)),
         "nvmlDeviceGetMemoryInfo": outcome(lambda: pynvml.nvmlDeviceGetMemoryInfo(h)),
         "nvmlDeviceGetUtilizationRates": outcome(lambda: pynvml.nvmlDeviceGetUtilizationRates(h)),
-        "nvmlDeviceGetTemperature": {"NVML_TEMPERATURE_GPU": outcome(
-            lambda: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))},
-        "nvmlDeviceGetClockInfo": {c: outcome(lambda c=c: pynvml.nvmlDeviceGetClockInfo(h, getattr(pynvml, c)))
-                                   for c in CLOCKS},
-        "nvmlDeviceGetPcieThroughput": {c: outcome(lambda c=c: pynvml.nvmlDeviceGetPcieThroughput(
-            h, getattr(pynvml, c))) for c in PCIE},
+        "nvmlDeviceGetTemperature": {
+            "NVML_TEMPERATURE_GPU": outcome(lambda: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))
+        },
+        "nvmlDeviceGetClockInfo": {
+            c: outcome(lambda c=c: pynvml.nvmlDeviceGetClockInfo(h, getattr(pynvml, c))) for c in CLOCKS
+        },
+        "nvmlDeviceGetPcieThroughput": {
+            c: outcome(lambda c=c: pynvml.nvmlDeviceGetPcieThroughput(h, getattr(pynvml, c))) for c in PCIE
+        },
     }
     if hasattr(pynvml, "nvmlMemory_v2"):
         calls["nvmlDeviceGetMemoryInfo_v2"] = outcome(
-            lambda: pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2))
+            lambda: pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+        )
     for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
         if hasattr(pynvml, name):
             calls[name] = outcome(lambda name=name: getattr(pynvml, name)(h))
@@ -134,16 +152,18 @@ def read_gpu(index: int) -> dict[str, Any]:
                 calls[name]["process_names"] = process_names(calls[name]["value"])
     try:
         calls["driver:nvmlDeviceGetComputeRunningProcesses(v1)"] = outcome(lambda: processes_v1(h))
-    except Exception as exc:  # noqa: BLE001 - a raw ctypes call: record whatever it did
+    except Exception as exc:
         calls["driver:nvmlDeviceGetComputeRunningProcesses(v1)"] = {"exception": repr(exc)}
     reading["calls"] = calls
     return reading
 
 
 def read_system() -> dict[str, Any]:
-    return {name: outcome(getattr(pynvml, name)) for name in (
-        "nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion", "nvmlSystemGetCudaDriverVersion")
-        if hasattr(pynvml, name)}
+    return {
+        name: outcome(getattr(pynvml, name))
+        for name in ("nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion", "nvmlSystemGetCudaDriverVersion")
+        if hasattr(pynvml, name)
+    }
 
 
 def reading(phase: str) -> dict[str, Any]:
@@ -153,12 +173,23 @@ def reading(phase: str) -> dict[str, Any]:
 
 
 def dump(out: Path, phase: str, count: int, every: float) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(out.read_text()) if out.exists() and out.stat().st_size else {
-        "schema": SCHEMA, "nvidia_ml_py": _binding_version(),
-        "absent_in_binding": [n for n in OPTIONAL_NAMES if not hasattr(pynvml, n)], "sessions": []}
-    session: dict[str, Any] = {"phase": phase, "t": time.time(), "pid": os.getpid(),
-                               "nvmlInit": outcome(pynvml.nvmlInit),
-                               "readings": []}
+    doc: dict[str, Any] = (
+        json.loads(out.read_text())
+        if out.exists() and out.stat().st_size
+        else {
+            "schema": SCHEMA,
+            "nvidia_ml_py": _binding_version(),
+            "absent_in_binding": [n for n in OPTIONAL_NAMES if not hasattr(pynvml, n)],
+            "sessions": [],
+        }
+    )
+    session: dict[str, Any] = {
+        "phase": phase,
+        "t": time.time(),
+        "pid": os.getpid(),
+        "nvmlInit": outcome(pynvml.nvmlInit),
+        "readings": [],
+    }
     doc["sessions"].append(session)
     if "error" not in session["nvmlInit"]:
         try:
@@ -197,8 +228,10 @@ def main() -> int:
     doc = dump(args.out, args.phase, args.count, args.every)
     last = doc["sessions"][-1]
     gpus = [g for r in last["readings"] for g in r["gpus"]]
-    print(f"{args.phase}: nvmlInit {'ok' if 'error' not in last['nvmlInit'] else last['nvmlInit']['error_name']}, "
-          f"{len(last['readings'])} readings, {len(gpus)} GPU readings")
+    print(
+        f"{args.phase}: nvmlInit {'ok' if 'error' not in last['nvmlInit'] else last['nvmlInit']['error_name']}, "
+        f"{len(last['readings'])} readings, {len(gpus)} GPU readings"
+    )
     return 0
 
 

@@ -41,8 +41,12 @@ async def main() -> None:
     OUT.mkdir(exist_ok=True)
     await shoot(CliffApp("watch", Session(preload=demo.cpu_watch())), "watch-cpu-only.svg", (100, 30))
     await shoot(CliffApp("run", Session(preload=demo.gpu_cliff_run())), "run-gpu-cliff-demo.svg", (120, 40))
-    await shoot(CliffApp("replay", Session(recording=open_recording(TRIANGULATION))), "triangulate-smollm2.svg",
-                (120, 40), keys=("space", "end"))
+    await shoot(
+        CliffApp("replay", Session(recording=open_recording(TRIANGULATION))),
+        "triangulate-smollm2.svg",
+        (120, 40),
+        keys=("space", "end"),
+    )
     await shoot_browser("serve-browser.png")
 
 
@@ -54,8 +58,19 @@ async def shoot_browser(name: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    command = [sys.executable, "-m", "cliff_tui", "serve", "--bind", f"127.0.0.1:{port}", "--",
-               "replay", "--speed", "16", str(TRIANGULATION.relative_to(ROOT))]
+    command = [
+        sys.executable,
+        "-m",
+        "cliff_tui",
+        "serve",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--",
+        "replay",
+        "--speed",
+        "16",
+        str(TRIANGULATION.relative_to(ROOT)),
+    ]
     env = {k: v for k, v in os.environ.items() if k.lower() != "http_proxy"}
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -54,14 +54,18 @@ def measured_from_file(path: str) -> list[MeasuredLine]:
     try:
         record = json.loads(text)
     except (ValueError, RecursionError):
-        raise BadInput(f"{path} is neither a cliff-tui recording nor a triangulation's JSON output "
-                       "(cliff-tui triangulate --headless -o json)") from None
+        raise BadInput(
+            f"{path} is neither a cliff-tui recording nor a triangulation's JSON output "
+            "(cliff-tui triangulate --headless -o json)"
+        ) from None
     return _lines_from_record(record, path)
 
 
 def _lines_from_record(record: Any, path: str) -> list[MeasuredLine]:
-    not_ours = (f"{path} is not a triangulation's JSON output (no slopes and runs in it): "
-                "pass what `cliff-tui triangulate --headless -o json` printed")
+    not_ours = (
+        f"{path} is not a triangulation's JSON output (no slopes and runs in it): "
+        "pass what `cliff-tui triangulate --headless -o json` printed"
+    )
     records = record.get("kv_compare") or [record] if isinstance(record, dict) else []
     if not isinstance(records, list):
         raise BadInput(not_ours)
@@ -73,11 +77,20 @@ def _lines_from_record(record: Any, path: str) -> list[MeasuredLine]:
             per_token = slope["touched"] if slope["touched"] is not None else slope["allocated"]
             base = intercept["touched"] if slope["touched"] is not None else intercept["allocated"]
             if not (is_number(per_token) and is_number(base)):
-                raise BadInput(f"{path}: a slope or an intercept is not a finite number: {per_token!r:.40}, "
-                               f"{base!r:.40}")
-            lines.append(MeasuredLine(float(per_token), float(base), run["cache_type_k"], run["cache_type_v"],
-                                      flash_attn_in_effect(run["flash_attn"]), bool(run.get("swa_full", False)),
-                                      f"{Path(path).name}"))
+                raise BadInput(
+                    f"{path}: a slope or an intercept is not a finite number: {per_token!r:.40}, {base!r:.40}"
+                )
+            lines.append(
+                MeasuredLine(
+                    float(per_token),
+                    float(base),
+                    run["cache_type_k"],
+                    run["cache_type_v"],
+                    flash_attn_in_effect(run["flash_attn"]),
+                    bool(run.get("swa_full", False)),
+                    f"{Path(path).name}",
+                )
+            )
         except (KeyError, IndexError, TypeError, ValueError):
             raise BadInput(not_ours) from None
     if not lines:
@@ -85,16 +98,33 @@ def _lines_from_record(record: Any, path: str) -> list[MeasuredLine]:
     return lines
 
 
-def advise(model: ModelInfo, tier: Tier, *, target: int | None, reserve: int | None, n_seq: int | None,
-           measured: list[MeasuredLine] | None = None) -> FitTable:
+def advise(
+    model: ModelInfo,
+    tier: Tier,
+    *,
+    target: int | None,
+    reserve: int | None,
+    n_seq: int | None,
+    measured: list[MeasuredLine] | None = None,
+) -> FitTable:
     given = reserve is not None
     reserve = reserve if given else th.default_reserve(tier.capacity_bytes)
     if reserve >= tier.capacity_bytes:
         fix = "pass a smaller --reserve" if given else "pass --reserve with less (0 keeps nothing free)"
-        raise BadInput(f"the {'' if given else 'default '}reserve ({fmt_bytes(reserve)}) leaves nothing of the "
-                       f"{fmt_bytes(tier.capacity_bytes)} of {tier.name}: {fix}")
+        raise BadInput(
+            f"the {'' if given else 'default '}reserve ({fmt_bytes(reserve)}) leaves nothing of the "
+            f"{fmt_bytes(tier.capacity_bytes)} of {tier.name}: {fix}"
+        )
     try:
-        return fit_table(model, tier.capacity_bytes, tier=tier.name, gpu=tier.gpu, reserve_bytes=reserve,
-                         target_ctx=target, n_seq=n_seq, measured=measured or [])
+        return fit_table(
+            model,
+            tier.capacity_bytes,
+            tier=tier.name,
+            gpu=tier.gpu,
+            reserve_bytes=reserve,
+            target_ctx=target,
+            n_seq=n_seq,
+            measured=measured or [],
+        )
     except ValueError as exc:
         raise BadInput(f"{model.path}: {exc}") from None

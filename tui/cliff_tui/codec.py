@@ -12,8 +12,9 @@ import dataclasses
 import math
 import types
 import typing
-from functools import lru_cache
-from typing import Any, Callable, Literal, Union
+from collections.abc import Callable
+from functools import cache
+from typing import Any, Literal, Union
 
 from cliff_tui.events import EVENT_NAMES, EVENT_TYPES, GeneratedText
 from cliff_tui.text import TEXT_LIMIT, inert
@@ -76,7 +77,7 @@ class _Bad(Exception):
 Decoder = Callable[[Any], Any]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _decoder(tp: Any) -> Decoder:
     """One decoder per type, built once (a recording holds thousands of samples)."""
     origin = typing.get_origin(tp)
@@ -129,9 +130,14 @@ def _union_decoder(args: tuple) -> Decoder:
 
 def _dataclass_decoder(cls: type) -> Decoder:
     hints = typing.get_type_hints(cls)
-    fields = [(f.name, _MULTILINE.get((cls, f.name)) or _decoder(hints[f.name]),
-               f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-              for f in dataclasses.fields(cls)]
+    fields = [
+        (
+            f.name,
+            _MULTILINE.get((cls, f.name)) or _decoder(hints[f.name]),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+    ]
 
     def decode(value: Any) -> Any:
         if type(value) is not dict:

@@ -9,7 +9,7 @@ the record's ``reasons`` mapping, never a fake zero.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 from cliff_tui.units import fmt_bytes
 
@@ -387,9 +387,7 @@ class RunResult:
     @property
     def allocated_bytes(self) -> int:
         """Everything llama.cpp said it allocated (model + KV + compute, all devices)."""
-        return sum(self.model_buffers.values()) + sum(self.kv_buffers.values()) + sum(
-            self.compute_buffers.values()
-        )
+        return sum(self.model_buffers.values()) + sum(self.kv_buffers.values()) + sum(self.compute_buffers.values())
 
 
 # --- the events -------------------------------------------------------------------------------
@@ -549,22 +547,22 @@ class MeasuredCapacity:
 UNKNOWN_MODEL = "unknown"  # a triangulation's file that does not name its model
 
 
-Event = Union[
-    Sample,
-    RunStarted,
-    BuffersReported,
-    RunProgress,
-    DecodeWindow,
-    GeneratedText,
-    RunFinished,
-    RunFailed,
-    TriangulationPlanned,
-    Alert,
-    LogLine,
-    Notice,
-    SessionReading,
-    MeasuredCapacity,
-]
+Event = (
+    Sample
+    | RunStarted
+    | BuffersReported
+    | RunProgress
+    | DecodeWindow
+    | GeneratedText
+    | RunFinished
+    | RunFailed
+    | TriangulationPlanned
+    | Alert
+    | LogLine
+    | Notice
+    | SessionReading
+    | MeasuredCapacity
+)
 
 EVENT_TYPES: dict[str, type] = {
     "sample": Sample,

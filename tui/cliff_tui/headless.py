@@ -43,8 +43,9 @@ class Headless:
             if now - self._last_prefill_print > 10:
                 self._last_prefill_print = now
                 rate = f"{event.prefill_tok_s:.0f} tok/s" if event.prefill_tok_s else ""
-                self._say(f"[prefill] depth {event.depth:,}/{event.depth_target:,} {rate} "
-                          f"ETA {fmt_duration(event.eta_s)}")
+                self._say(
+                    f"[prefill] depth {event.depth:,}/{event.depth_target:,} {rate} ETA {fmt_duration(event.eta_s)}"
+                )
         elif isinstance(event, (Notice, Alert)):
             self._say(f"[{getattr(event, 'level', 'info')}] {_text(event)}")
         elif isinstance(event, RunFailed) and event.kind == "does_not_fit":
@@ -59,6 +60,7 @@ class Headless:
 
     def watch(self, out: TextIO, as_json: bool) -> None:
         """Print a line per sample until SIGINT/SIGTERM (cron, nohup, systemd)."""
+
         def show(event: object) -> None:
             if isinstance(event, Sample):
                 try:
@@ -84,11 +86,16 @@ def watch_line(s: Sample) -> str:
     ram = f"RAM {fmt_bytes(s.ram_used_bytes)}/{fmt_bytes(s.ram_capacity_bytes)}"
     if s.cgroup is not None:
         ram += f" (cgroup limit; host {fmt_bytes(s.ram.used_bytes)}/{fmt_bytes(s.ram.total_bytes)})"
-    parts = [time.strftime("%H:%M:%S", time.localtime(s.t)), ram,
-             f"swap {fmt_bytes(s.swap.used_bytes)}/{fmt_bytes(s.swap.total_bytes)}"]
+    parts = [
+        time.strftime("%H:%M:%S", time.localtime(s.t)),
+        ram,
+        f"swap {fmt_bytes(s.swap.used_bytes)}/{fmt_bytes(s.swap.total_bytes)}",
+    ]
     for g in s.gpus:
-        parts.append(f"GPU{g.index} {fmt_bytes(g.vram_used_bytes)}/{fmt_bytes(g.vram_total_bytes)} "
-                     f"shared {fmt_bytes(g.shared_used_bytes)}")
+        parts.append(
+            f"GPU{g.index} {fmt_bytes(g.vram_used_bytes)}/{fmt_bytes(g.vram_total_bytes)} "
+            f"shared {fmt_bytes(g.shared_used_bytes)}"
+        )
     if s.process is not None:
         rss, why = s.process.total_rss_bytes, s.process.reasons.get("rss_bytes")
         parts.append(f"PID {s.process.pid} RSS {fmt_bytes(rss)}" + (f" ({inert(why)})" if rss is None and why else ""))

@@ -16,7 +16,7 @@ GAP = math.nan  # a point with no reading, kept as a gap
 class Series:
     """A ring buffer of (t, value) points; ``None`` values are kept as gaps."""
 
-    __slots__ = ("capacity", "_times", "_values", "appended", "_columns")
+    __slots__ = ("_columns", "_times", "_values", "appended", "capacity")
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
@@ -52,8 +52,8 @@ class Series:
             return []
         end = (self.appended - 1) % self.capacity + 1  # one past the newest
         if n <= end:
-            return ring[end - n:end].tolist()
-        return (ring[self.capacity - (n - end):] + ring[:end]).tolist()
+            return ring[end - n : end].tolist()
+        return (ring[self.capacity - (n - end) :] + ring[:end]).tolist()
 
     def columns(self, n: int, per_column: int) -> list[float | None]:
         """The newest ``n`` complete columns of ``per_column`` points, each its largest value (None:
@@ -76,8 +76,9 @@ class Series:
             points = points[:-filling]
         newest = per_column if complete else self.appended
         head = (len(points) - newest) % per_column
-        chunks = ([points[:head]] if head else []) + [points[i:i + per_column]
-                                                       for i in range(head, len(points), per_column)]
+        chunks = ([points[:head]] if head else []) + [
+            points[i : i + per_column] for i in range(head, len(points), per_column)
+        ]
         return [max((v for v in chunk if v is not None), default=None) for chunk in chunks][-n:]
 
     def columns_version(self, per_column: int) -> int:
@@ -116,4 +117,3 @@ class History:
 
     def get(self, name: str) -> Series:
         return self._series.get(name) or Series(1)
-

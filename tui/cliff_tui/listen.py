@@ -90,14 +90,18 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def wide_bind_warning(bind: Bind, what: str) -> str:
-    return (f"cliff-tui: warning: {what} listens on {bind}, beyond this machine: whoever reaches that port "
-            "reads it (bind 127.0.0.1 and reach it through a tunnel such as ssh -L, or firewall the port)")
+    return (
+        f"cliff-tui: warning: {what} listens on {bind}, beyond this machine: whoever reaches that port "
+        "reads it (bind 127.0.0.1 and reach it through a tunnel such as ssh -L, or firewall the port)"
+    )
 
 
 def listen_error(bind: Bind, exc: OSError) -> BadInput:
     if exc.errno == errno.EADDRINUSE:
-        return BadInput(f"cannot listen on {bind}: the port is in use (ss -ltnp names the process): "
-                        "choose another with --bind HOST:PORT")
+        return BadInput(
+            f"cannot listen on {bind}: the port is in use (ss -ltnp names the process): "
+            "choose another with --bind HOST:PORT"
+        )
     if exc.errno == errno.EADDRNOTAVAIL:
         return BadInput(f"cannot listen on {bind}: {bind.host} is not an address of this machine")
     if exc.errno == errno.EACCES:
@@ -105,6 +109,8 @@ def listen_error(bind: Bind, exc: OSError) -> BadInput:
     if isinstance(exc, socket.gaierror):
         return BadInput(f"cannot listen on {bind}: unknown host {bind.host!r}")
     if exc.errno == errno.EINVAL and _is_link_local(bind.host):  # with its %interface or without
-        return BadInput(f"cannot listen on {bind}, a link-local address: use another of this machine's "
-                        f"addresses, or [::]:{bind.port} for all of them")
+        return BadInput(
+            f"cannot listen on {bind}, a link-local address: use another of this machine's "
+            f"addresses, or [::]:{bind.port} for all of them"
+        )
     return BadInput(f"cannot listen on {bind}: {exc.strerror or exc}")

@@ -24,9 +24,26 @@ from cliff_tui.analysis.cpu_quota import QuotaMeter
 from cliff_tui.analysis.signs import SignState, SpillBaselines, ram_trend, sign1, sign2, sign3
 from cliff_tui.analysis.speed import classify_speed
 from cliff_tui.events import (
-    ATTACH_RUN_ID, Alert, BuffersReported, CliffVerdict, DecodePoint, DecodeWindow, GeneratedText, LogLine,
-    MeasuredCapacity, ModelInfo, Notice, RunFailed, RunFinished, RunProgress, RunResult, RunStarted, Sample,
-    SessionReading, SpeedVerdict, TriangulationPlanned,
+    ATTACH_RUN_ID,
+    Alert,
+    BuffersReported,
+    CliffVerdict,
+    DecodePoint,
+    DecodeWindow,
+    GeneratedText,
+    LogLine,
+    MeasuredCapacity,
+    ModelInfo,
+    Notice,
+    RunFailed,
+    RunFinished,
+    RunProgress,
+    RunResult,
+    RunStarted,
+    Sample,
+    SessionReading,
+    SpeedVerdict,
+    TriangulationPlanned,
 )
 from cliff_tui.history import DEFAULT_CAPACITY, History
 
@@ -85,9 +102,16 @@ class RunView:
         if not any(w.phase == "depth" for w in self.windows):
             return None
         spilled = memory_sign(self.watch.evidence())
-        return classify_speed(self.rate("baseline"), self.rate("depth"), self.started.settings.depth,
-                              self.points(), throttle, cpu_cause=self.watch.cpu_cause,
-                              kv_on_gpu=self.watch.kv_on_gpu, memory_sign=spilled.text if spilled else None)
+        return classify_speed(
+            self.rate("baseline"),
+            self.rate("depth"),
+            self.started.settings.depth,
+            self.points(),
+            throttle,
+            cpu_cause=self.watch.cpu_cause,
+            kv_on_gpu=self.watch.kv_on_gpu,
+            memory_sign=spilled.text if spilled else None,
+        )
 
     def cliff(self, throttle: set[str]) -> CliffVerdict:
         """The run's one verdict: its record's once it finished, else the same rule on what came so far."""
@@ -130,9 +154,11 @@ class Pipeline:
         self._watch = RunWatch()  # an attached server's, or a watch with no run
         self._throttle: set[str] = set()
         self.quota_meter = QuotaMeter()  # the latest sample's cgroup CPU quota, and how often it ran out lately
-        self.signs: dict[int, SignState] = {1: SignState(1, "na", "…", "waiting for a sample"),
-                                            2: SignState(2, "ok", "RAM trend …", "collecting samples"),
-                                            3: sign3(None)}
+        self.signs: dict[int, SignState] = {
+            1: SignState(1, "na", "…", "waiting for a sample"),
+            2: SignState(2, "ok", "RAM trend …", "collecting samples"),
+            3: sign3(None),
+        }
         self._triangulations: dict[str, Triangulation] | None = None
         self.measured: MeasuredCapacity | None = None  # what an attached server's slots are held against
         self.changes = itertools.count()
@@ -255,8 +281,11 @@ class Pipeline:
             progress = self.current.progress
             return progress is not None and progress.phase in GENERATING_PHASES
         session = self.session
-        return bool(session and session.status in ("ok", "no-metrics") and (
-            (session.requests_processing or 0) > 0 or any(slot.processing for slot in session.slots)))
+        return bool(
+            session
+            and session.status in ("ok", "no-metrics")
+            and ((session.requests_processing or 0) > 0 or any(slot.processing for slot in session.slots))
+        )
 
     @property
     def kv_on_gpu(self) -> bool | None:
@@ -291,14 +320,21 @@ class Pipeline:
         if len(points) < th.FIT_MIN_POINTS + th.CONFIRMING_WINDOWS:
             return None
         # The latest windows are judged against the trend of the ones before them.
-        recent = points[-th.CONFIRMING_WINDOWS:]
-        ref = [dataclasses.replace(p, phase="probe") for p in points[:-th.CONFIRMING_WINDOWS]]
+        recent = points[-th.CONFIRMING_WINDOWS :]
+        ref = [dataclasses.replace(p, phase="probe") for p in points[: -th.CONFIRMING_WINDOWS]]
         rate = sum(p.n_tokens for p in recent) / sum(p.n_tokens * p.ms_per_token / 1000 for p in recent)
         self._watch.kv_on_gpu = self.kv_on_gpu
         spilled = memory_sign(self._watch.evidence())
-        return classify_speed(1000.0 / points[0].ms_per_token, rate, recent[-1].depth, ref + recent, self._throttle,
-                              cpu_cause=self._watch.cpu_cause, kv_on_gpu=self.kv_on_gpu,
-                              memory_sign=spilled.text if spilled else None)
+        return classify_speed(
+            1000.0 / points[0].ms_per_token,
+            rate,
+            recent[-1].depth,
+            ref + recent,
+            self._throttle,
+            cpu_cause=self._watch.cpu_cause,
+            kv_on_gpu=self.kv_on_gpu,
+            memory_sign=spilled.text if spilled else None,
+        )
 
     def cliff_verdict(self) -> CliffVerdict:
         """The one verdict, live: the current run's, else the attached server's."""
@@ -342,7 +378,7 @@ class Pipeline:
             self._triangulations = self._triangulate()
         return self._triangulations
 
-    def run_groups(self) -> dict[str, "RunGroup"]:
+    def run_groups(self) -> dict[str, RunGroup]:
         """Runs by KV cache type (``f16``, ``q8_0``…), in the order they started."""
         groups: dict[str, RunGroup] = {}
         for view in self.runs.values():

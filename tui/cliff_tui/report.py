@@ -12,19 +12,19 @@ import csv
 import io
 import json
 import re
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
+from cliff_tui.analysis.buffers import gpu_index_of
+from cliff_tui.analysis.fit import FitTable, fit_record, fit_table, format_fit_markdown, measured_lines
 from cliff_tui.analysis.ggml_types import CACHE_TYPE_BYTES
 from cliff_tui.analysis.theory import expected_ratio, known_differences, textbook_bytes_per_token
-from cliff_tui.analysis.fit import FitTable, fit_record, fit_table, format_fit_markdown, measured_lines
-from cliff_tui.analysis.buffers import gpu_index_of
 from cliff_tui.analysis.triangulation import PointCheck, Slope, Triangulation, memory_point
 from cliff_tui.codec import to_plain
 from cliff_tui.events import NO_GPU, CliffVerdict, ModelInfo, RunFailed, RunResult, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import inert, inert_tree
 from cliff_tui.units import KiB, fmt_bytes, fmt_pct, fmt_tok_s
-
 
 # --- records ----------------------------------------------------------------------------------
 
@@ -43,26 +43,52 @@ def run_record(r: RunResult) -> dict[str, Any]:
     s, v = r.settings, r.verdict
     point = memory_point(r)
     return {
-        "run_id": r.run_id, "model": r.model_name, "model_path": s.model_path,
-        "depth": r.depth, "n_gen": r.n_gen, "n_ctx": r.n_ctx,
-        "n_gpu_layers": s.n_gpu_layers, "cache_type_k": s.cache_type_k, "cache_type_v": s.cache_type_v,
-        "flash_attn": s.flash_attn, "swa_full": s.swa_full, "threads": s.threads, "batch_size": s.batch_size, "ubatch_size": s.ubatch_size,
-        "baseline_tok_s": r.baseline_tok_s, "depth_tok_s": r.depth_tok_s, "drop_pct": r.drop_pct,
-        "expected_tok_s": v.expected_tok_s, "drop_vs_expected_pct": v.drop_vs_expected_pct,
+        "run_id": r.run_id,
+        "model": r.model_name,
+        "model_path": s.model_path,
+        "depth": r.depth,
+        "n_gen": r.n_gen,
+        "n_ctx": r.n_ctx,
+        "n_gpu_layers": s.n_gpu_layers,
+        "cache_type_k": s.cache_type_k,
+        "cache_type_v": s.cache_type_v,
+        "flash_attn": s.flash_attn,
+        "swa_full": s.swa_full,
+        "threads": s.threads,
+        "batch_size": s.batch_size,
+        "ubatch_size": s.ubatch_size,
+        "baseline_tok_s": r.baseline_tok_s,
+        "depth_tok_s": r.depth_tok_s,
+        "drop_pct": r.drop_pct,
+        "expected_tok_s": v.expected_tok_s,
+        "drop_vs_expected_pct": v.drop_vs_expected_pct,
         "cliff": cliff_record(r.cliff),
-        "verdict": v.level, "verdict_text": v.text, "knee_depth": v.knee_depth, "cause": v.cause,
-        "prefill_tok_s": r.prefill_tok_s, "prefilled_tokens": r.prefilled_tokens,
-        "started_from_depth": r.started_from_depth, "fill": r.fill,
-        "ram_baseline_bytes": r.ram_baseline_bytes, "ram_peak_bytes": r.ram_peak_bytes,
-        "ram_delta_bytes": r.ram_delta_bytes, "model_ram_delta_bytes": model_ram_delta(r),
+        "verdict": v.level,
+        "verdict_text": v.text,
+        "knee_depth": v.knee_depth,
+        "cause": v.cause,
+        "prefill_tok_s": r.prefill_tok_s,
+        "prefilled_tokens": r.prefilled_tokens,
+        "started_from_depth": r.started_from_depth,
+        "fill": r.fill,
+        "ram_baseline_bytes": r.ram_baseline_bytes,
+        "ram_peak_bytes": r.ram_peak_bytes,
+        "ram_delta_bytes": r.ram_delta_bytes,
+        "model_ram_delta_bytes": model_ram_delta(r),
         "swap_delta_bytes": r.swap_delta_bytes,
-        "rss_created_bytes": r.rss_created_bytes, "rss_baseline_bytes": r.rss_baseline_bytes,
-        "rss_peak_bytes": r.rss_peak_bytes, "rss_noise_bytes": r.rss_noise_bytes,
-        "kv_device": r.kv_device, "kv_buffers": r.kv_buffers, "model_buffers": r.model_buffers,
-        "compute_buffers": r.compute_buffers, "allocated_bytes": point.allocated_bytes,
+        "rss_created_bytes": r.rss_created_bytes,
+        "rss_baseline_bytes": r.rss_baseline_bytes,
+        "rss_peak_bytes": r.rss_peak_bytes,
+        "rss_noise_bytes": r.rss_noise_bytes,
+        "kv_device": r.kv_device,
+        "kv_buffers": r.kv_buffers,
+        "model_buffers": r.model_buffers,
+        "compute_buffers": r.compute_buffers,
+        "allocated_bytes": point.allocated_bytes,
         "touched_bytes": point.touched_bytes,
-        "gpus": [{**to_plain(g), "delta_bytes": g.delta_bytes, "shared_delta_bytes": g.shared_delta_bytes}
-                 for g in r.gpus],
+        "gpus": [
+            {**to_plain(g), "delta_bytes": g.delta_bytes, "shared_delta_bytes": g.shared_delta_bytes} for g in r.gpus
+        ],
         **({"gpus_reason": r.gpus_reason} if not r.gpus else {}),
         "decode_points": to_plain(r.decode_points),
         "elapsed_s": r.elapsed_s,
@@ -93,8 +119,9 @@ def failure_record(f: RunFailed) -> dict[str, Any]:
     return {"run_id": f.run_id, "kind": f.kind, "message": f.message, "n_ctx": f.n_ctx, "depth": f.depth}
 
 
-def triangulation_record(tri: Triangulation, results: Sequence[RunResult], failures: Sequence[RunFailed],
-                         model: ModelInfo | None = None) -> dict[str, Any]:
+def triangulation_record(
+    tri: Triangulation, results: Sequence[RunResult], failures: Sequence[RunFailed], model: ModelInfo | None = None
+) -> dict[str, Any]:
     p = tri.projection
     flash_on = _flash_on(results)
     return {
@@ -103,22 +130,33 @@ def triangulation_record(tri: Triangulation, results: Sequence[RunResult], failu
         "failures": [failure_record(f) for f in failures],
         "slope_bytes_per_token": {"allocated": tri.allocated.bytes_per_token, "touched": tri.touched.bytes_per_token},
         "slope_kib_per_token": {"allocated": tri.allocated.kib_per_token, "touched": tri.touched.kib_per_token},
-        "slope_mib_per_1k_tokens": {"allocated": tri.allocated.mib_per_1k_tokens,
-                                    "touched": tri.touched.mib_per_1k_tokens},
+        "slope_mib_per_1k_tokens": {
+            "allocated": tri.allocated.mib_per_1k_tokens,
+            "touched": tri.touched.mib_per_1k_tokens,
+        },
         "allocated_per_device_bytes_per_token": tri.allocated_per_device,
         "intercept_bytes": {"allocated": tri.allocated.intercept_bytes, "touched": tri.touched.intercept_bytes},
         "theory_bytes_per_token": tri.theory_bytes_per_token,
         "textbook_bytes_per_token": _textbook(model, results),
         "theory_notes": known_differences(model, flash_on, bool(results and results[0].settings.swa_full))
-        if model else [],
+        if model
+        else [],
         "checks": [check_record(c) for c in (*tri.checks, *tri.allocated_checks)],
         "cliff": cliff_record(worst_cliff(results)),
         "verdict": tri.verdict,
         "wall_near": tri.wall_near,
         "does_not_fit_at": tri.does_not_fit_at,
-        "projection": {"tier": p.tier, "target": p.target, "projected_bytes": p.projected_bytes,
-                       "capacity_bytes": p.capacity_bytes, "reserve_bytes": p.reserve_bytes, "fits": p.fits,
-                       "max_context": p.max_context, "limited_by": p.limited_by, "formula": p.formula},
+        "projection": {
+            "tier": p.tier,
+            "target": p.target,
+            "projected_bytes": p.projected_bytes,
+            "capacity_bytes": p.capacity_bytes,
+            "reserve_bytes": p.reserve_bytes,
+            "fits": p.fits,
+            "max_context": p.max_context,
+            "limited_by": p.limited_by,
+            "formula": p.formula,
+        },
     }
 
 
@@ -133,10 +171,20 @@ def _textbook(model: ModelInfo | None, results: Sequence[RunResult]) -> float | 
 
 
 def check_record(c: PointCheck) -> dict[str, Any]:
-    return {"figure": c.figure, "n_ctx": c.n_ctx, "predicted_bytes": c.predicted_bytes,
-            "actual_bytes": c.actual_bytes, "miss_bytes": c.miss_bytes, "tolerance_bytes": c.tolerance_bytes,
-            "error_pct": c.error_pct, "direction": "below" if c.miss_bytes < 0 else "above", "on_line": c.on_line,
-            "beyond_tier": c.beyond_tier or None, "beyond_bytes": c.beyond_bytes, "wall": c.wall}
+    return {
+        "figure": c.figure,
+        "n_ctx": c.n_ctx,
+        "predicted_bytes": c.predicted_bytes,
+        "actual_bytes": c.actual_bytes,
+        "miss_bytes": c.miss_bytes,
+        "tolerance_bytes": c.tolerance_bytes,
+        "error_pct": c.error_pct,
+        "direction": "below" if c.miss_bytes < 0 else "above",
+        "on_line": c.on_line,
+        "beyond_tier": c.beyond_tier or None,
+        "beyond_bytes": c.beyond_bytes,
+        "wall": c.wall,
+    }
 
 
 def _flash_on(results: Sequence[RunResult]) -> bool | None:
@@ -162,9 +210,14 @@ def kv_ratios(tris: dict[str, Triangulation]) -> list[dict[str, Any]]:
             allocated = tri.allocated.bytes_per_token / ref.allocated.bytes_per_token
         tk, _, tv = key.partition("/")
         rk, _, rv = ref_key.partition("/")
-        out.append({"types": f"{key} vs {ref_key}",
-                    "measured_touched": measured, "measured_allocated": allocated,
-                    "expected": expected_ratio(tk, tv or tk, rk, rv or rk)})
+        out.append(
+            {
+                "types": f"{key} vs {ref_key}",
+                "measured_touched": measured,
+                "measured_allocated": allocated,
+                "expected": expected_ratio(tk, tv or tk, rk, rv or rk),
+            }
+        )
     return out
 
 
@@ -204,8 +257,9 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _csv(records: list[dict[str, Any]]) -> str:
-    return csv_table([flatten({k: v for k, v in r.items() if k not in ("decode_points", "runs", "checks")})
-                      for r in records])
+    return csv_table(
+        [flatten({k: v for k, v in r.items() if k not in ("decode_points", "runs", "checks")}) for r in records]
+    )
 
 
 def csv_table(rows: Sequence[dict[str, Any]], first: Sequence[str] = ()) -> str:
@@ -266,24 +320,43 @@ def run_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:
     rows = []
     for r in results:
         point = memory_point(r)
-        rows.append({
-            "model": r.model_name, "kv": r.settings.cache_label,
-            "n_ctx": f"{r.n_ctx:,}", "depth": f"{r.depth:,}" + (" filled" if r.fill == "synthetic" else ""),
-            "mem_base": fmt_bytes(r.rss_baseline_bytes if point.touched_bytes == r.rss_peak_bytes
-                                  else next((g.baseline_bytes for g in r.gpus), None)),
-            "mem_peak": fmt_bytes(point.touched_bytes),
-            "shared": _shared(r), "ram_delta": fmt_bytes(model_ram_delta(r)),
-            "tok_s": f"{fmt_tok_s(r.baseline_tok_s)}→{fmt_tok_s(r.depth_tok_s)}",
-            "drop": fmt_pct(r.drop_pct), "vs_trend": fmt_pct(r.verdict.drop_vs_expected_pct),
-            "verdict": r.cliff.level if r.cliff is not None else r.verdict.level,
-        })
+        rows.append(
+            {
+                "model": r.model_name,
+                "kv": r.settings.cache_label,
+                "n_ctx": f"{r.n_ctx:,}",
+                "depth": f"{r.depth:,}" + (" filled" if r.fill == "synthetic" else ""),
+                "mem_base": fmt_bytes(
+                    r.rss_baseline_bytes
+                    if point.touched_bytes == r.rss_peak_bytes
+                    else next((g.baseline_bytes for g in r.gpus), None)
+                ),
+                "mem_peak": fmt_bytes(point.touched_bytes),
+                "shared": _shared(r),
+                "ram_delta": fmt_bytes(model_ram_delta(r)),
+                "tok_s": f"{fmt_tok_s(r.baseline_tok_s)}→{fmt_tok_s(r.depth_tok_s)}",
+                "drop": fmt_pct(r.drop_pct),
+                "vs_trend": fmt_pct(r.verdict.drop_vs_expected_pct),
+                "verdict": r.cliff.level if r.cliff is not None else r.verdict.level,
+            }
+        )
     return rows
 
 
-RUN_COLUMNS = [("model", "model"), ("kv", "kv"), ("n_ctx", "n_ctx"), ("depth", "depth"),
-               ("mem_base", "mem base"), ("mem_peak", "mem peak"), ("shared", "shared Δ"),
-               ("ram_delta", "RSS Δ"), ("tok_s", "tok/s base→depth"), ("drop", "drop"),
-               ("vs_trend", "vs trend"), ("verdict", "verdict")]
+RUN_COLUMNS = [
+    ("model", "model"),
+    ("kv", "kv"),
+    ("n_ctx", "n_ctx"),
+    ("depth", "depth"),
+    ("mem_base", "mem base"),
+    ("mem_peak", "mem peak"),
+    ("shared", "shared Δ"),
+    ("ram_delta", "RSS Δ"),
+    ("tok_s", "tok/s base→depth"),
+    ("drop", "drop"),
+    ("vs_trend", "vs trend"),
+    ("verdict", "verdict"),
+]
 
 
 def _shared(r: RunResult) -> str:
@@ -291,8 +364,9 @@ def _shared(r: RunResult) -> str:
     return fmt_bytes(max(deltas)) if deltas else "n/a"
 
 
-def triangulation_markdown(tris: dict[str, Triangulation], results: Sequence[RunResult],
-                           failures: Sequence[RunFailed]) -> str:
+def triangulation_markdown(
+    tris: dict[str, Triangulation], results: Sequence[RunResult], failures: Sequence[RunFailed]
+) -> str:
     lines = [markdown_table(run_rows(results), RUN_COLUMNS), ""]
     cliff = worst_cliff(results)
     if cliff is not None:
@@ -308,13 +382,18 @@ def triangulation_markdown(tris: dict[str, Triangulation], results: Sequence[Run
         lines.append(f"- projection at {p.target:,} tokens: {p.formula}")
         fits = {True: "fits", False: "does NOT fit", None: "capacity unknown"}[p.fits]
         lines.append(f"- {p.tier}: {fmt_bytes(p.capacity_bytes)} − reserve {fmt_bytes(p.reserve_bytes)} → {fits}")
-        lines.append(f"- largest context before the cliff: "
-                     f"{'–' if p.max_context is None else f'{p.max_context:,}'} tokens — {p.limited_by}")
+        lines.append(
+            f"- largest context before the cliff: "
+            f"{'–' if p.max_context is None else f'{p.max_context:,}'} tokens — {p.limited_by}"
+        )
         lines.append("")
     for ratio in kv_ratios(tris):
         measured = ratio["measured_touched"]
-        lines.append(f"- {ratio['types']}: measured {measured:.2f}" if measured is not None else
-                     f"- {ratio['types']}: measured –")
+        lines.append(
+            f"- {ratio['types']}: measured {measured:.2f}"
+            if measured is not None
+            else f"- {ratio['types']}: measured –"
+        )
         lines[-1] += f", expected {ratio['expected']:.2f}"
     return "\n".join(lines).rstrip()
 
@@ -341,8 +420,10 @@ def triangulation_output(pipeline: Pipeline, fmt: str) -> str:
     if fmt == "csv":
         return dumps([run_record(r) for r in results], "csv")
     groups = pipeline.run_groups()
-    records = [triangulation_record(tri, groups[key].results, groups[key].failures, groups[key].model)
-               for key, tri in tris.items()]
+    records = [
+        triangulation_record(tri, groups[key].results, groups[key].failures, groups[key].model)
+        for key, tri in tris.items()
+    ]
     if fmt == "jsonl":
         lines = [dumps([run_record(r)], "jsonl") for r in results]
         lines += [dumps([{"type": "triangulation", **rec}], "jsonl") for rec in records]
@@ -372,8 +453,15 @@ def fit_after(pipeline: Pipeline) -> FitTable | None:
     gpu = gpu_index_of(pipeline.results[0].kv_device) is not None
     lines = measured_lines(tris, pipeline.results)
     try:
-        return fit_table(model, projection.capacity_bytes, tier=projection.tier, gpu=gpu,
-                         reserve_bytes=projection.reserve_bytes or 0, target_ctx=pipeline.target or None,
-                         n_seq=1, measured=lines)
+        return fit_table(
+            model,
+            projection.capacity_bytes,
+            tier=projection.tier,
+            gpu=gpu,
+            reserve_bytes=projection.reserve_bytes or 0,
+            target_ctx=pipeline.target or None,
+            n_seq=1,
+            measured=lines,
+        )
     except ValueError:
         return None

@@ -10,14 +10,18 @@ from __future__ import annotations
 import shlex
 import socket
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from cliff_tui.errors import BadInput
 from cliff_tui.listen import Bind, listen_error, wide_bind_warning
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
 
-NOT_SERVED = {"serve": "serve cannot serve itself", "exporter": "the exporter has no screen: run it directly",
-              "export": "export prints tables: run it directly", "fit": "fit prints a table: run it directly"}
+NOT_SERVED = {
+    "serve": "serve cannot serve itself",
+    "exporter": "the exporter has no screen: run it directly",
+    "export": "export prints tables: run it directly",
+    "fit": "fit prints a table: run it directly",
+}
 
 
 def served_command(command: Sequence[str]) -> str:
@@ -37,8 +41,9 @@ def public_url(bind: Bind, given: str | None = None) -> str:
         try:
             return normalise_url(given)
         except BadUrl as exc:
-            raise BadInput(f"--public-url: {exc}: pass the address browsers use "
-                           f"(e.g. http://gpu-box:{bind.port})") from None
+            raise BadInput(
+                f"--public-url: {exc}: pass the address browsers use (e.g. http://gpu-box:{bind.port})"
+            ) from None
     host = bind.host
     if host in ("0.0.0.0", "::", ""):
         host = socket.gethostname()

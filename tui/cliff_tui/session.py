@@ -16,8 +16,9 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from cliff_tui.bus import EventBus
 from cliff_tui.engine.priority import lower_other_threads
@@ -36,9 +37,18 @@ AlertListener = Callable[[Alert], None]
 
 
 class Session:
-    def __init__(self, *, sampler: Sampler | None = None, job: Job | None = None, interval: float = 0.5,
-                 recorder: Recorder | None = None, recording: Recording | None = None, speed: int = 1,
-                 preload: Iterable[Any] = (), queued: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        sampler: Sampler | None = None,
+        job: Job | None = None,
+        interval: float = 0.5,
+        recorder: Recorder | None = None,
+        recording: Recording | None = None,
+        speed: int = 1,
+        preload: Iterable[Any] = (),
+        queued: bool = True,
+    ) -> None:
         self.bus = EventBus()
         self.pipeline = Pipeline()
         self.sampler = sampler
@@ -137,7 +147,7 @@ class Session:
         self.drain()
         self.stop_recording()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         self.start()
         return self
 
@@ -165,8 +175,11 @@ class Session:
 
     def report_crash(self, error: BaseException) -> None:
         """A bug in a job must not vanish silently: it becomes a failure on the screen."""
-        self.bus.publish(RunFailed(time.time(), "job", "error",
-                                   f"internal error: {type(error).__name__}: {error} (please report it)"))
+        self.bus.publish(
+            RunFailed(
+                time.time(), "job", "error", f"internal error: {type(error).__name__}: {error} (please report it)"
+            )
+        )
 
     # --- recording ------------------------------------------------------------------------
 

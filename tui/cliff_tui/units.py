@@ -16,8 +16,22 @@ MAX_TOKENS = C_INT_MAX  # llama.cpp counts positions in an int32
 LLAMA_MAX_SEQ = 256  # the most sequences (llama-server slots) one llama.cpp context holds
 LARGEST = 2**63  # past anything measured (bytes, seconds, tokens): a number beyond it is corrupt
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "b": 1, "k": KiB, "kb": KiB, "kib": KiB, "m": MiB, "mb": MiB, "mib": MiB,
-               "g": GiB, "gb": GiB, "gib": GiB, "t": 1024 * GiB, "tb": 1024 * GiB, "tib": 1024 * GiB}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": KiB,
+    "kb": KiB,
+    "kib": KiB,
+    "m": MiB,
+    "mb": MiB,
+    "mib": MiB,
+    "g": GiB,
+    "gb": GiB,
+    "gib": GiB,
+    "t": 1024 * GiB,
+    "tb": 1024 * GiB,
+    "tib": 1024 * GiB,
+}
 
 
 def fmt_bytes(n: float | None, na: str = "n/a") -> str:
@@ -64,7 +78,7 @@ def fmt_share(part: float | None, whole: float | None, na: str = "–") -> str:
 def fmt_duration(seconds: float | None, na: str = "–") -> str:
     if seconds is None:
         return na
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     if h:

@@ -73,7 +73,7 @@ class RunWatch:
         if window.major_faults is None or window.n_tokens <= 0:
             return
         reads_back = window.major_faults / window.n_tokens >= th.SWAP_IN_FAULTS_PER_TOKEN
-        self._paging_run = self._paging_run + [window.depth] if reads_back else []
+        self._paging_run = [*self._paging_run, window.depth] if reads_back else []
         self._window_reads_back = len(self._paging_run) >= th.CONFIRMING_WINDOWS
         if not reads_back:
             # decode stopped reading pages back: what it read before was the cache paged out as it
@@ -195,8 +195,10 @@ class RunWatch:
         running out, else other processes."""
         share, quota = self.throttled_share, self._quota
         if quota is not None and quota.cpus > 0 and ran_out_often(share):
-            return (f"its cgroup's CPU quota ({quota.words}, {quota.path}) ran out in {share:.0%} of the "
-                    "periods while it decoded")
+            return (
+                f"its cgroup's CPU quota ({quota.words}, {quota.path}) ran out in {share:.0%} of the "
+                "periods while it decoded"
+            )
         load = self.load_cores
         if load is not None and load >= th.LOAD_CORES:
             return f"other processes used {load:.1f} CPU cores while it decoded"
@@ -207,25 +209,55 @@ class RunWatch:
     def evidence(self) -> list[CliffEvidence]:
         out = []
         if self._swap is not None:
-            swap = self._swap if self._paging_depth is None else _Crossing(self._swap.t, self._paging_depth,
-                                                                           self._swap.amount)
+            swap = (
+                self._swap
+                if self._paging_depth is None
+                else _Crossing(self._swap.t, self._paging_depth, self._swap.amount)
+            )
             out.append(_red(1, "swap", swap, "of the model's memory in swap, read back as it generates"))
         elif self._parked is not None:
             c = self._parked
-            out.append(CliffEvidence(1, "info", f"{fmt_bytes(c.amount)} of the model's memory in swap, not read back",
-                                     c.t, c.depth, "swap", c.amount))
+            out.append(
+                CliffEvidence(
+                    1,
+                    "info",
+                    f"{fmt_bytes(c.amount)} of the model's memory in swap, not read back",
+                    c.t,
+                    c.depth,
+                    "swap",
+                    c.amount,
+                )
+            )
         for index, crossing in sorted(self._shared.items()):
             out.append(_red(1, f"GPU{index} shared VRAM", crossing, "of GPU memory moved into system RAM"))
         if self._ram is not None:
             out.append(_red(2, "RAM", self._ram, "of the model's memory grew in RAM with its KV cache on the GPU"))
         if self._full is not None:
             tier, crossing = self._full
-            out.append(CliffEvidence(1, "red", f"{tier} full ({fmt_bytes(crossing.amount)} in use)", crossing.t,
-                                     crossing.depth, tier, crossing.amount))
+            out.append(
+                CliffEvidence(
+                    1,
+                    "red",
+                    f"{tier} full ({fmt_bytes(crossing.amount)} in use)",
+                    crossing.t,
+                    crossing.depth,
+                    tier,
+                    crossing.amount,
+                )
+            )
         if self._swap_elsewhere is not None and self._swap is None:
             c = self._swap_elsewhere
-            out.append(CliffEvidence(1, "info", f"swap grew {fmt_bytes(c.amount)}, none of it this model's memory",
-                                     c.t, c.depth, "swap", c.amount))
+            out.append(
+                CliffEvidence(
+                    1,
+                    "info",
+                    f"swap grew {fmt_bytes(c.amount)}, none of it this model's memory",
+                    c.t,
+                    c.depth,
+                    "swap",
+                    c.amount,
+                )
+            )
         return out
 
 
@@ -252,8 +284,15 @@ def cliff_verdict(evidence: list[CliffEvidence], speed: SpeedVerdict | None) -> 
     what was seen that is not this model's cliff, ok for nothing."""
     items = list(evidence)
     if speed is not None and speed.level in ("info", "amber", "red"):
-        items.append(CliffEvidence(3, "red" if speed.level == "red" else speed.level, speed.text,
-                                   depth=speed.knee_depth, pct=speed.drop_vs_expected_pct))
+        items.append(
+            CliffEvidence(
+                3,
+                "red" if speed.level == "red" else speed.level,
+                speed.text,
+                depth=speed.knee_depth,
+                pct=speed.drop_vs_expected_pct,
+            )
+        )
     first = memory_sign(evidence)
     if first is not None:
         text = f"cliff on {first.tier}: {first.text}"

@@ -139,11 +139,23 @@ class _Context:
     anchor_flash_attn: bool = False
 
 
-def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: bool = False,
-              reserve_bytes: int = 0, target_ctx: int | None = None, n_seq: int | None = None,
-              kv_unified: bool | None = None, n_batch: int = 2048, n_ubatch: int = 512,
-              cache_types: Sequence[str] = DEFAULT_TYPES, weights_bytes: int | None = None,
-              compute_bytes: int | None = None, measured: Sequence[MeasuredLine] = ()) -> FitTable:
+def fit_table(
+    model: ModelInfo,
+    capacity_bytes: int,
+    *,
+    tier: str = "RAM",
+    gpu: bool = False,
+    reserve_bytes: int = 0,
+    target_ctx: int | None = None,
+    n_seq: int | None = None,
+    kv_unified: bool | None = None,
+    n_batch: int = 2048,
+    n_ubatch: int = 512,
+    cache_types: Sequence[str] = DEFAULT_TYPES,
+    weights_bytes: int | None = None,
+    compute_bytes: int | None = None,
+    measured: Sequence[MeasuredLine] = (),
+) -> FitTable:
     """The table for ``model`` on a tier of ``capacity_bytes`` (VRAM total with ``gpu``, else
     RAM available or the cgroup limit), keeping ``reserve_bytes`` free.
 
@@ -153,8 +165,10 @@ def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: 
     the first one's non-KV base and per-token growth beyond its theory carry the other rows."""
     layout = kv_layout(model)
     if layout is None:
-        raise ValueError(f"the header describes no language model's layers ({model.architecture or 'no architecture'}"
-                         "): a multimodal projector or a LoRA adapter? pass -m the model itself")
+        raise ValueError(
+            f"the header describes no language model's layers ({model.architecture or 'no architecture'}"
+            "): a multimodal projector or a LoRA adapter? pass -m the model itself"
+        )
     target = target_ctx or model.n_ctx_train
     if not target or target <= 0:
         raise ValueError("no target context: pass one (the header has no trained context)")
@@ -163,46 +177,111 @@ def fit_table(model: ModelInfo, capacity_bytes: int, *, tier: str = "RAM", gpu: 
     unified = kv_unified if kv_unified is not None else not explicit
     weights, weights_text = _weights(model, gpu, weights_bytes)
     output = 0 if gpu else (model.n_vocab or 0) * LOGITS_BYTES * slots
-    ctx = _Context(model, gpu, CUDA if gpu else CPU, capacity_bytes - reserve_bytes, target,
-                   max(target, model.n_ctx_train or 0), slots, unified, explicit, n_batch, n_ubatch, weights,
-                   compute_bytes or 0, output)
+    ctx = _Context(
+        model,
+        gpu,
+        CUDA if gpu else CPU,
+        capacity_bytes - reserve_bytes,
+        target,
+        max(target, model.n_ctx_train or 0),
+        slots,
+        unified,
+        explicit,
+        n_batch,
+        n_ubatch,
+        weights,
+        compute_bytes or 0,
+        output,
+    )
     anchor = measured[0] if measured else None
     if anchor is not None:
-        ctx = dataclasses.replace(ctx, base=_measured_base(ctx, anchor), beyond_kv=_beyond_kv(ctx, anchor),
-                                  anchor_source=anchor.source, anchor_flash_attn=anchor.flash_attn is not False)
+        ctx = dataclasses.replace(
+            ctx,
+            base=_measured_base(ctx, anchor),
+            beyond_kv=_beyond_kv(ctx, anchor),
+            anchor_source=anchor.source,
+            anchor_flash_attn=anchor.flash_attn is not False,
+        )
     has_swa = any(layer.kind == "swa" for layer in layout.layers)
-    options = [_option(ctx, t, t, fa, swa_full, measured)
-               for t in cache_types for fa in (True, False) for swa_full in ((False, True) if has_swa else (False,))]
+    options = [
+        _option(ctx, t, t, fa, swa_full, measured)
+        for t in cache_types
+        for fa in (True, False)
+        for swa_full in ((False, True) if has_swa else (False,))
+    ]
     if gpu and not any(o.fits for o in options):
-        partial = (_partial_offload(ctx, o.type_k, o.type_v, o.flash_attn, o.swa_full)
-                   for o in options if o.valid and o.flash_attn and not o.swa_full)
+        partial = (
+            _partial_offload(ctx, o.type_k, o.type_v, o.flash_attn, o.swa_full)
+            for o in options
+            if o.valid and o.flash_attn and not o.swa_full
+        )
         options += [o for o in partial if o]
     options = _mark_best(options)
     first = next((o for o in options if o.valid), None)
     breakdown = _breakdown_lines(ctx, first) if first else ()
-    slots_text = (f"{slots} slot{'s' if slots != 1 else ''}" + (", unified cache" if unified else "")
-                  + ("" if explicit else " (llama-server's default without -np)"))
-    base_text = (f"{anchor.source}: its intercept less its fixed KV and one sequence's logits" if anchor
-                 else "")
-    return FitTable(model.name, model.path, model.architecture, tier, capacity_bytes, reserve_bytes, target,
-                    ctx.cap, slots, unified, slots_text, weights, weights_text, compute_bytes, output,
-                    tuple(options), breakdown, _notes(ctx, layout, compute_bytes),
-                    None if ctx.base is None else round(ctx.base), base_text, ctx.beyond_kv)
+    slots_text = (
+        f"{slots} slot{'s' if slots != 1 else ''}"
+        + (", unified cache" if unified else "")
+        + ("" if explicit else " (llama-server's default without -np)")
+    )
+    base_text = f"{anchor.source}: its intercept less its fixed KV and one sequence's logits" if anchor else ""
+    return FitTable(
+        model.name,
+        model.path,
+        model.architecture,
+        tier,
+        capacity_bytes,
+        reserve_bytes,
+        target,
+        ctx.cap,
+        slots,
+        unified,
+        slots_text,
+        weights,
+        weights_text,
+        compute_bytes,
+        output,
+        tuple(options),
+        breakdown,
+        _notes(ctx, layout, compute_bytes),
+        None if ctx.base is None else round(ctx.base),
+        base_text,
+        ctx.beyond_kv,
+    )
 
 
 def _measured_base(ctx: _Context, line: MeasuredLine) -> float:
     """What a measured line holds besides the KV cache: its intercept less the KV bytes that do not
     grow with n_ctx at its own settings (one sequence) and that sequence's logits (in RAM)."""
     output = 0 if ctx.gpu else (ctx.model.n_vocab or 0) * LOGITS_BYTES * MEASURED_N_SEQ
-    return line.intercept_bytes - _fixed_kv(ctx, line.type_k, line.type_v, line.flash_attn is not False,
-                                            bool(line.swa_full), ctx.cap, MEASURED_N_SEQ, False) - output
+    return (
+        line.intercept_bytes
+        - _fixed_kv(
+            ctx,
+            line.type_k,
+            line.type_v,
+            line.flash_attn is not False,
+            bool(line.swa_full),
+            ctx.cap,
+            MEASURED_N_SEQ,
+            False,
+        )
+        - output
+    )
 
 
 def _beyond_kv(ctx: _Context, line: MeasuredLine) -> float:
     """What a measured line grew per token beyond its own KV theory (one sequence)."""
-    settings = KvSettings(n_ctx=ctx.cap, type_k=line.type_k, type_v=line.type_v,
-                          flash_attn="off" if line.flash_attn is False else "on", swa_full=bool(line.swa_full),
-                          n_seq=MEASURED_N_SEQ, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch)
+    settings = KvSettings(
+        n_ctx=ctx.cap,
+        type_k=line.type_k,
+        type_v=line.type_v,
+        flash_attn="off" if line.flash_attn is False else "on",
+        swa_full=bool(line.swa_full),
+        n_seq=MEASURED_N_SEQ,
+        n_batch=ctx.n_batch,
+        n_ubatch=ctx.n_ubatch,
+    )
     try:
         b = kv_breakdown(ctx.model, settings, ctx.backend)
     except InvalidSettings:
@@ -212,8 +291,17 @@ def _beyond_kv(ctx: _Context, line: MeasuredLine) -> float:
 
 def _fixed_kv(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n: int, n_seq: int, unified: bool) -> int:
     """The KV parts that do not grow with n_ctx (sliding windows, recurrent state) at context ``n``."""
-    settings = KvSettings(n_ctx=n, type_k=k, type_v=v, flash_attn="on" if fa else "off", swa_full=swa_full,
-                          n_seq=n_seq, kv_unified=unified, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch)
+    settings = KvSettings(
+        n_ctx=n,
+        type_k=k,
+        type_v=v,
+        flash_attn="on" if fa else "off",
+        swa_full=swa_full,
+        n_seq=n_seq,
+        kv_unified=unified,
+        n_batch=ctx.n_batch,
+        n_ubatch=ctx.n_ubatch,
+    )
     try:
         b = kv_breakdown(ctx.model, settings, ctx.backend)
     except InvalidSettings:
@@ -225,24 +313,41 @@ def _weights(model: ModelInfo, gpu: bool, measured: int | None) -> tuple[int, st
     if measured is not None:
         return measured, "measured model buffer"
     if gpu and model.block_weight_bytes and model.output_weight_bytes is not None:
-        return (sum(model.block_weight_bytes) + model.output_weight_bytes,
-                "the GGUF tensors a full offload puts on the GPU; the token embeddings stay in RAM")
+        return (
+            sum(model.block_weight_bytes) + model.output_weight_bytes,
+            "the GGUF tensors a full offload puts on the GPU; the token embeddings stay in RAM",
+        )
     return model.size_bytes, "file size"
 
 
 def _settings(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n_ctx: int) -> KvSettings:
-    return KvSettings(n_ctx=n_ctx, type_k=k, type_v=v, flash_attn="on" if fa else "off", swa_full=swa_full,
-                      n_seq=ctx.n_seq, kv_unified=ctx.unified, n_batch=ctx.n_batch, n_ubatch=ctx.n_ubatch)
+    return KvSettings(
+        n_ctx=n_ctx,
+        type_k=k,
+        type_v=v,
+        flash_attn="on" if fa else "off",
+        swa_full=swa_full,
+        n_seq=ctx.n_seq,
+        kv_unified=ctx.unified,
+        n_batch=ctx.n_batch,
+        n_ubatch=ctx.n_ubatch,
+    )
 
 
-def _option(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool,
-            measured: Sequence[MeasuredLine]) -> FitOption:
+def _option(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, measured: Sequence[MeasuredLine]) -> FitOption:
     invalid = _invalid(ctx, k, v, fa, swa_full)
     if invalid:
-        return FitOption(k, v, fa, swa_full, None, False, None, "", None, None, None, None, None, None,
-                         False, note=invalid)
-    line = next((m for m in measured if (m.type_k, m.type_v) == (k, v) and m.flash_attn in (None, fa)
-                 and m.swa_full in (None, swa_full)), None)
+        return FitOption(
+            k, v, fa, swa_full, None, False, None, "", None, None, None, None, None, None, False, note=invalid
+        )
+    line = next(
+        (
+            m
+            for m in measured
+            if (m.type_k, m.type_v) == (k, v) and m.flash_attn in (None, fa) and m.swa_full in (None, swa_full)
+        ),
+        None,
+    )
     at_target = kv_breakdown(ctx.model, _settings(ctx, k, v, fa, swa_full, ctx.target), ctx.backend)
     assert at_target is not None
     if line:
@@ -251,23 +356,44 @@ def _option(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool,
         def need(n: int) -> int:
             fixed_kv = _fixed_kv(ctx, k, v, fa, swa_full, n, ctx.n_seq, ctx.unified)
             return round(base + ctx.output + fixed_kv + line.bytes_per_token * pad_n_ctx(n, ctx.n_seq, ctx.unified))
+
         basis, text, per_token = "measured", f"measured ({line.source})", line.bytes_per_token
         fixed = None
     else:
+
         def need(n: int) -> int:
             return _theory_need(ctx, k, v, fa, swa_full, n)
+
         beyond = ctx.beyond_kv or 0.0
         per_token = max(0.0, at_target.bytes_per_token + beyond)
         fixed = at_target.fixed_bytes
         basis = "theory + measured" if ctx.beyond_kv is not None else "theory"
-        text = (f"theory + {fmt_bytes(beyond)}/token beyond the KV, measured ({ctx.anchor_source})"
-                if ctx.beyond_kv is not None else "theory (llama.cpp's allocation)")
+        text = (
+            f"theory + {fmt_bytes(beyond)}/token beyond the KV, measured ({ctx.anchor_source})"
+            if ctx.beyond_kv is not None
+            else "theory (llama.cpp's allocation)"
+        )
     need_target = need(ctx.target)
     largest = _largest(ctx, need)
     fits = need_target <= ctx.usable
     n_cmd = ctx.target if fits else largest
-    return FitOption(k, v, fa, swa_full, None, True, basis, text, per_token, fixed, need_target, fits, largest,
-                     _command(ctx, k, v, fa, swa_full, n_cmd, None), at_target.exact)
+    return FitOption(
+        k,
+        v,
+        fa,
+        swa_full,
+        None,
+        True,
+        basis,
+        text,
+        per_token,
+        fixed,
+        need_target,
+        fits,
+        largest,
+        _command(ctx, k, v, fa, swa_full, n_cmd, None),
+        at_target.exact,
+    )
 
 
 def _invalid(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool) -> str | None:
@@ -322,19 +448,43 @@ def _partial_offload(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool) ->
     if best is None:
         return None
     on_gpu = best - 1
-    note = (f"{on_gpu} of {n_all} layers and the output layer on the GPU, the rest in RAM "
-            "(slower; RAM not checked)")
-    return FitOption(k, v, fa, swa_full, best, True, "theory", "theory (llama.cpp's allocation)", None, None,
-                     need(best), True, ctx.target, _command(ctx, k, v, fa, swa_full, ctx.target, best),
-                     kv_layout(model).exact, note=note)
+    note = f"{on_gpu} of {n_all} layers and the output layer on the GPU, the rest in RAM (slower; RAM not checked)"
+    return FitOption(
+        k,
+        v,
+        fa,
+        swa_full,
+        best,
+        True,
+        "theory",
+        "theory (llama.cpp's allocation)",
+        None,
+        None,
+        need(best),
+        True,
+        ctx.target,
+        _command(ctx, k, v, fa, swa_full, ctx.target, best),
+        kv_layout(model).exact,
+        note=note,
+    )
 
 
-def _command(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n_ctx: int | None,
-             ngl: int | None) -> str | None:
+def _command(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n_ctx: int | None, ngl: int | None) -> str | None:
     if not n_ctx:
         return None
-    parts = ["llama-server", "-m", shlex.quote(ctx.model.path), "-c", str(n_ctx), "-ctk", k, "-ctv", v,
-             "-fa", "on" if fa else "off"]
+    parts = [
+        "llama-server",
+        "-m",
+        shlex.quote(ctx.model.path),
+        "-c",
+        str(n_ctx),
+        "-ctk",
+        k,
+        "-ctv",
+        v,
+        "-fa",
+        "on" if fa else "off",
+    ]
     if swa_full:
         parts.append("--swa-full")
     if ngl is not None:
@@ -365,15 +515,21 @@ def _breakdown_lines(ctx: _Context, option: FitOption) -> tuple[str, ...]:
 def _notes(ctx: _Context, layout, compute: int | None) -> tuple[str, ...]:
     notes = []
     if ctx.base is not None:
-        notes.append("every row stands on the measured non-KV base (weights, compute buffer, runtime); the rows "
-                     "without a measured line of their own add the theory's KV and what the measured line grew "
-                     "per token beyond its theory")
+        notes.append(
+            "every row stands on the measured non-KV base (weights, compute buffer, runtime); the rows "
+            "without a measured line of their own add the theory's KV and what the measured line grew "
+            "per token beyond its theory"
+        )
         if ctx.anchor_flash_attn:
-            notes.append("the rows with flash attention off grow faster than that: without it the attention "
-                         "scores (cells × ubatch × heads) are computed in full; a line measured with it off says how much")
+            notes.append(
+                "the rows with flash attention off grow faster than that: without it the attention "
+                "scores (cells × ubatch × heads) are computed in full; a line measured with it off says how much"
+            )
     elif compute is None:
-        notes.append("compute buffer not included (it depends on the backend, ubatch and graph): "
-                     "pass a measured one or keep it in the reserve")
+        notes.append(
+            "compute buffer not included (it depends on the backend, ubatch and graph): "
+            "pass a measured one or keep it in the reserve"
+        )
     if layout and not layout.exact:
         notes.extend(f"theory is approximate here: {n}" for n in layout.notes)
     if ctx.cap > ctx.target:
@@ -392,13 +548,17 @@ def format_fit_markdown(table: FitTable) -> str:
     head = [
         f"## What fits: {table.model}",
         "",
-        (f"- tier: {table.tier}, {fmt_bytes(table.capacity_bytes)} less {fmt_bytes(table.reserve_bytes)} reserve "
-        f"= {fmt_bytes(table.usable_bytes)} usable"),
+        (
+            f"- tier: {table.tier}, {fmt_bytes(table.capacity_bytes)} less {fmt_bytes(table.reserve_bytes)} reserve "
+            f"= {fmt_bytes(table.usable_bytes)} usable"
+        ),
         f"- target context: {table.target_ctx:,} tokens; {table.slots_text}",
         _base_line(table),
         "",
-        ("| K/V cache | flash attn | SWA full | basis | KV per token | KV fixed | need at target | fits | "
-        "largest context | llama-server |"),
+        (
+            "| K/V cache | flash attn | SWA full | basis | KV per token | KV fixed | need at target | fits | "
+            "largest context | llama-server |"
+        ),
         "| --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     rows = [_row(o) for o in table.options]
@@ -413,10 +573,11 @@ def format_fit_markdown(table: FitTable) -> str:
 
 def _base_line(table: FitTable) -> str:
     if table.base_bytes is not None:
-        return (f"- weights, compute buffer and runtime: {fmt_bytes(table.base_bytes)} measured ({table.base_text}); "
-                "the logits and the KV cache are added per row")
-    compute = (fmt_bytes(table.compute_bytes) + " (measured)" if table.compute_bytes is not None
-               else "not included")
+        return (
+            f"- weights, compute buffer and runtime: {fmt_bytes(table.base_bytes)} measured ({table.base_text}); "
+            "the logits and the KV cache are added per row"
+        )
+    compute = fmt_bytes(table.compute_bytes) + " (measured)" if table.compute_bytes is not None else "not included"
     return f"- weights: {fmt_bytes(table.weights_bytes)} ({table.weights_text}); compute buffer: {compute}"
 
 
@@ -426,8 +587,10 @@ def _row(o: FitOption) -> str:
         cache += f", -ngl {o.n_gpu_layers}"
     mark = " ★" if o.best else ""
     if not o.valid:
-        return (f"| {cache} | {'on' if o.flash_attn else 'off'} | {'yes' if o.swa_full else 'no'} | — | — | — | — "
-                f"| invalid: {o.note} | — | — |")
+        return (
+            f"| {cache} | {'on' if o.flash_attn else 'off'} | {'yes' if o.swa_full else 'no'} | — | — | — | — "
+            f"| invalid: {o.note} | — | — |"
+        )
     fits = "yes" if o.fits else "no"
     if o.note:
         fits += f" ({o.note})"
@@ -436,8 +599,10 @@ def _row(o: FitOption) -> str:
     approx = "" if o.exact or o.basis == "measured" else " (approx.)"
     largest = f"{o.max_context:,}" if o.max_context else "none"
     command = f"`{o.command}`" if o.command else "—"
-    return (f"| {cache}{mark} | {'on' if o.flash_attn else 'off'} | {'yes' if o.swa_full else 'no'} | "
-            f"{o.basis}{approx} | {per_token} | {fixed} | {fmt_bytes(o.need_bytes)} | {fits} | {largest} | {command} |")
+    return (
+        f"| {cache}{mark} | {'on' if o.flash_attn else 'off'} | {'yes' if o.swa_full else 'no'} | "
+        f"{o.basis}{approx} | {per_token} | {fixed} | {fmt_bytes(o.need_bytes)} | {fits} | {largest} | {command} |"
+    )
 
 
 def fit_record(table: FitTable) -> dict[str, Any]:
@@ -471,6 +636,15 @@ def measured_lines(tris: Mapping[str, Triangulation], results: Sequence[RunResul
         if slope.bytes_per_token is None or slope.intercept_bytes is None or not runs:
             continue
         s = runs[0].settings
-        lines.append(MeasuredLine(slope.bytes_per_token, slope.intercept_bytes, s.cache_type_k, s.cache_type_v,
-                                  flash_attn_in_effect(s.flash_attn), s.swa_full, f"triangulation at {', '.join(f'{r.n_ctx:,}' for r in runs)}"))
+        lines.append(
+            MeasuredLine(
+                slope.bytes_per_token,
+                slope.intercept_bytes,
+                s.cache_type_k,
+                s.cache_type_v,
+                flash_attn_in_effect(s.flash_attn),
+                s.swa_full,
+                f"triangulation at {', '.join(f'{r.n_ctx:,}' for r in runs)}",
+            )
+        )
     return lines

@@ -45,10 +45,18 @@ class SessionRateMeter:
         prev, self._prev = self._prev, reading
         if reading.status != "ok" or prev is None or prev.status != "ok":
             return self.rates(reading)
-        decode = _move(prev.tokens_predicted_total, reading.tokens_predicted_total,
-                       prev.tokens_predicted_seconds_total, reading.tokens_predicted_seconds_total)
-        prompt = _move(prev.prompt_tokens_total, reading.prompt_tokens_total,
-                       prev.prompt_seconds_total, reading.prompt_seconds_total)
+        decode = _move(
+            prev.tokens_predicted_total,
+            reading.tokens_predicted_total,
+            prev.tokens_predicted_seconds_total,
+            reading.tokens_predicted_seconds_total,
+        )
+        prompt = _move(
+            prev.prompt_tokens_total,
+            reading.prompt_tokens_total,
+            prev.prompt_seconds_total,
+            reading.prompt_seconds_total,
+        )
         if decode is not None:
             self.decode_tok_s = decode.tok_s
         if prompt is not None:
@@ -63,9 +71,13 @@ class SessionRateMeter:
             why = "Ollama's /api/ps reports no token counters"
             return SessionRates(None, None, why, why)
         wait = "no request has run since attaching: send one to measure"
-        return SessionRates(self.decode_tok_s, self.prompt_tok_s,
-                            None if self.decode_tok_s is not None else wait,
-                            None if self.prompt_tok_s is not None else wait, decode_moved)
+        return SessionRates(
+            self.decode_tok_s,
+            self.prompt_tok_s,
+            None if self.decode_tok_s is not None else wait,
+            None if self.prompt_tok_s is not None else wait,
+            decode_moved,
+        )
 
 
 def _move(n0: float | None, n1: float | None, s0: float | None, s1: float | None) -> CounterMove | None:

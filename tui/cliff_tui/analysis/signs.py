@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.speed import fit_line
@@ -84,8 +84,11 @@ class SpillBaselines:
 
     def shared_deltas(self, sample: Sample) -> dict[int, int]:
         """Shared VRAM above its baseline, per GPU that reports it."""
-        return {g.index: g.shared_used_bytes - self.shared.get(g.index, g.shared_used_bytes)
-                for g in sample.gpus if g.shared_used_bytes is not None}
+        return {
+            g.index: g.shared_used_bytes - self.shared.get(g.index, g.shared_used_bytes)
+            for g in sample.gpus
+            if g.shared_used_bytes is not None
+        }
 
     def swap_delta(self, sample: Sample) -> int:
         return sample.swap.used_bytes - (self.swap if self.swap is not None else sample.swap.used_bytes)
@@ -97,29 +100,37 @@ def sign1(sample: Sample, base: SpillBaselines) -> SignState:
     by_index = base.shared_deltas(sample)
     deltas = [(g, by_index[g.index]) for g in sample.gpus if g.index in by_index]
     if not deltas:
-        reason = next((g.reasons.get("shared_used_bytes") for g in sample.gpus
-                       if g.reasons.get("shared_used_bytes")), "not reported on this platform")
+        reason = next(
+            (g.reasons.get("shared_used_bytes") for g in sample.gpus if g.reasons.get("shared_used_bytes")),
+            "not reported on this platform",
+        )
         return SignState(1, "na", "shared VRAM n/a", reason)
     gpu, delta = max(deltas, key=lambda d: d[1])
     if delta > th.SHARED_SPILL_BYTES:
-        return SignState(1, "red", f"shared +{fmt_bytes(delta)}",
-                         f"GPU{gpu.index}: the driver moved {fmt_bytes(delta)} of GPU memory into system RAM")
+        return SignState(
+            1,
+            "red",
+            f"shared +{fmt_bytes(delta)}",
+            f"GPU{gpu.index}: the driver moved {fmt_bytes(delta)} of GPU memory into system RAM",
+        )
     return SignState(1, "ok", f"shared +{fmt_bytes(max(delta, 0))}", "shared VRAM at its baseline")
 
 
 def _swap_sign(sample: Sample, base: SpillBaselines) -> SignState:
     if sample.swap.total_bytes == 0:
-        return SignState(1, "na", "no GPU, no swap",
-                         "CPU-only with no swap: the cliff here is an out-of-memory kill, watch RAM available")
+        return SignState(
+            1,
+            "na",
+            "no GPU, no swap",
+            "CPU-only with no swap: the cliff here is an out-of-memory kill, watch RAM available",
+        )
     delta = base.swap_delta(sample)
     if delta > th.SWAP_SPILL_BYTES:
-        return SignState(1, "red", f"swap +{fmt_bytes(delta)}",
-                         "memory is being paged out to swap: the CPU-only cliff")
+        return SignState(1, "red", f"swap +{fmt_bytes(delta)}", "memory is being paged out to swap: the CPU-only cliff")
     return SignState(1, "ok", f"swap +{fmt_bytes(max(delta, 0))}", "CPU-only: swap is the cliff; at baseline")
 
 
-def sign2(trend: RamTrend | None, generating: bool, kv_on_gpu: bool | None,
-          model: RamTrend | None = None) -> SignState:
+def sign2(trend: RamTrend | None, generating: bool, kv_on_gpu: bool | None, model: RamTrend | None = None) -> SignState:
     """``trend`` is the system's RAM, ``model`` the followed process's own (None: not followed)."""
     if trend is None:
         return SignState(2, "ok", "RAM trend …", "collecting samples")
@@ -129,8 +140,9 @@ def sign2(trend: RamTrend | None, generating: bool, kv_on_gpu: bool | None,
     if not trend.rising:
         return SignState(2, "ok", rate, f"RAM steady over {trend.window_s:.0f}s")
     if model is not None and not model.rising:
-        return SignState(2, "info", rate, f"RAM rose {fmt_bytes(trend.rise_bytes)} in other processes, "
-                                          "not this model's memory")
+        return SignState(
+            2, "info", rate, f"RAM rose {fmt_bytes(trend.rise_bytes)} in other processes, not this model's memory"
+        )
     if not generating:
         return SignState(2, "info", rate, f"RAM rose {fmt_bytes(trend.rise_bytes)} (no generation running)")
     if kv_on_gpu is False:

@@ -10,12 +10,12 @@ predicted by the ones before it. Falling beyond that band is the cliff only with
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.events import DecodePoint, SpeedVerdict
 from cliff_tui.analysis.throttle import throttle_cause
+from cliff_tui.events import DecodePoint, SpeedVerdict
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,9 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> LineFit | None:
 def robust_line(xs: Sequence[float], ys: Sequence[float]) -> LineFit | None:
     """Theil–Sen: the median of pairwise slopes. One slow probe (a scheduler hiccup on a busy
     machine) moves it far less than it moves least squares."""
-    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i])
-              for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
+    slopes = [
+        (ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]
+    ]
     if not slopes:
         return None
     slope = statistics.median(slopes)
@@ -60,10 +61,15 @@ def binned(points: Sequence[DecodePoint], most: int = MAX_FIT_POINTS) -> list[De
     size = -(-len(ordered) // most)
     out = []
     for i in range(0, len(ordered), size):
-        chunk = ordered[i:i + size]
-        out.append(DecodePoint(int(statistics.median(p.depth for p in chunk)),
-                               statistics.median(p.ms_per_token for p in chunk),
-                               sum(p.n_tokens for p in chunk), chunk[0].phase))
+        chunk = ordered[i : i + size]
+        out.append(
+            DecodePoint(
+                int(statistics.median(p.depth for p in chunk)),
+                statistics.median(p.ms_per_token for p in chunk),
+                sum(p.n_tokens for p in chunk),
+                chunk[0].phase,
+            )
+        )
     return out
 
 
@@ -71,7 +77,7 @@ def local_model(ref: Sequence[DecodePoint]) -> LineFit | None:
     """The trend the deepest reference points follow: Theil–Sen over the last few (time per token
     bends upward with depth on a CPU, so a line through the shallow ones under-predicts deep
     ones); never a negative slope (noise on a flat curve)."""
-    recent = sorted(ref, key=lambda p: p.depth)[-th.LOCAL_FIT_POINTS:]
+    recent = sorted(ref, key=lambda p: p.depth)[-th.LOCAL_FIT_POINTS :]
     fit = robust_line([p.depth for p in recent], [p.ms_per_token for p in recent])
     if fit is None:
         return None
@@ -115,8 +121,11 @@ def depth_trend(points: Sequence[DecodePoint]) -> DepthTrend | None:
     knee = None
     for point in ordered:
         fit = local_model(trend) if len(trend) >= th.FIT_MIN_POINTS else None
-        if fit is not None and fit.at(point.depth) > 0 and \
-                _drop_pct(1000.0 / fit.at(point.depth), 1000.0 / point.ms_per_token) >= band:
+        if (
+            fit is not None
+            and fit.at(point.depth) > 0
+            and _drop_pct(1000.0 / fit.at(point.depth), 1000.0 / point.ms_per_token) >= band
+        ):
             run.append(point)
             beyond.append(point)
             if knee is None and len(run) >= th.CONFIRMING_WINDOWS:
@@ -128,7 +137,9 @@ def depth_trend(points: Sequence[DecodePoint]) -> DepthTrend | None:
     fit = local_model([p for p in trend if p.phase != "depth"] or trend)
     if fit is None:
         return None
-    first = robust_line([p.depth for p in ref[:th.LOCAL_FIT_POINTS]], [p.ms_per_token for p in ref[:th.LOCAL_FIT_POINTS]])
+    first = robust_line(
+        [p.depth for p in ref[: th.LOCAL_FIT_POINTS]], [p.ms_per_token for p in ref[: th.LOCAL_FIT_POINTS]]
+    )
     growth = fit.slope / first.slope if first is not None and first.slope > 0 else None
     return DepthTrend(fit, noise, growth, knee, tuple(beyond))
 
@@ -178,24 +189,36 @@ def classify_speed(
         return SpeedVerdict("red", text, raw_drop, expected, vs_expected, knee, memory_sign)
     cause = throttle_cause(throttle_seen) or cpu_cause
     if cause is not None:
-        return SpeedVerdict("amber", f"decode fell {where}: {cause} (no memory sign)", raw_drop, expected,
-                            vs_expected, knee, cause)
+        return SpeedVerdict(
+            "amber", f"decode fell {where}: {cause} (no memory sign)", raw_drop, expected, vs_expected, knee, cause
+        )
     text = f"decode fell {where} with no memory sign, load or throttling seen ({_slower_why(kv_on_gpu)})"
     return SpeedVerdict("info", text, raw_drop, expected, vs_expected, knee, None)
 
 
-def _on_trend(raw_drop: float | None, expected: float, vs_expected: float | None, measured: float,
-              trend: DepthTrend, kv_on_gpu: bool | None, memory_sign: str | None = None) -> SpeedVerdict:
+def _on_trend(
+    raw_drop: float | None,
+    expected: float,
+    vs_expected: float | None,
+    measured: float,
+    trend: DepthTrend,
+    kv_on_gpu: bool | None,
+    memory_sign: str | None = None,
+) -> SpeedVerdict:
     text = f"on its depth trend: {expected:.1f} tok/s predicted, {measured:.1f} measured"
     if vs_expected is not None and vs_expected >= th.SPEED_AMBER_PCT:
         text += f" (within this run's noise, ±{trend.band_pct:.0f}%)"
     if trend.slope_growth is not None and trend.slope_growth >= th.BEND_SLOPE_GROWTH:
         if memory_sign is not None:  # the bend is the memory sign's doing, not a cache level's
-            text = (f"cliff: decode slowed ×{trend.slope_growth:.1f} faster than linear in depth, with {memory_sign}"
-                    f" — the bottleneck moved to memory bandwidth{' / PCIe' if kv_on_gpu else ''}")
+            text = (
+                f"cliff: decode slowed ×{trend.slope_growth:.1f} faster than linear in depth, with {memory_sign}"
+                f" — the bottleneck moved to memory bandwidth{' / PCIe' if kv_on_gpu else ''}"
+            )
             return SpeedVerdict("red", text, raw_drop, expected, vs_expected, None, memory_sign)
-        text += (f"; decode slowed faster than linear in depth (×{trend.slope_growth:.1f} per token deeper): "
-                 f"{_slower_why(kv_on_gpu)}")
+        text += (
+            f"; decode slowed faster than linear in depth (×{trend.slope_growth:.1f} per token deeper): "
+            f"{_slower_why(kv_on_gpu)}"
+        )
         return SpeedVerdict("info", text, raw_drop, expected, vs_expected)
     return SpeedVerdict("ok", text, raw_drop, expected, vs_expected)
 
@@ -232,7 +255,7 @@ def window_rate(durations_s: Sequence[float]) -> tuple[float, float]:
 def steady(windows: Sequence[tuple[float, float | None]]) -> bool:
     """Whether decode windows (tok/s, major faults per token) have settled: the last
     ``STEADY_WINDOWS`` lie within ``STEADY_WINDOW_SPREAD`` of their median and none of them paged."""
-    last = windows[-th.STEADY_WINDOWS:]
+    last = windows[-th.STEADY_WINDOWS :]
     if len(last) < th.STEADY_WINDOWS:
         return False
     if any(f is not None and f >= th.SWAP_IN_FAULTS_PER_TOKEN for _, f in last):

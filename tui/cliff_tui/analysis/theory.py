@@ -85,9 +85,15 @@ class KvSettings:
 
     @classmethod
     def from_run(cls, settings: RunSettings, n_ctx: int | None = None) -> KvSettings:
-        return cls(n_ctx=n_ctx or settings.n_ctx or 0, type_k=settings.cache_type_k,
-                   type_v=settings.cache_type_v, flash_attn=settings.flash_attn,  # type: ignore[arg-type]
-                   swa_full=settings.swa_full, n_batch=settings.batch_size, n_ubatch=settings.ubatch_size)
+        return cls(
+            n_ctx=n_ctx or settings.n_ctx or 0,
+            type_k=settings.cache_type_k,
+            type_v=settings.cache_type_v,
+            flash_attn=settings.flash_attn,  # type: ignore[arg-type]
+            swa_full=settings.swa_full,
+            n_batch=settings.batch_size,
+            n_ubatch=settings.ubatch_size,
+        )
 
 
 # --- what the header says about each layer --------------------------------------------------
@@ -152,9 +158,24 @@ UNMODELLED = {
     "minimax-01": "its linear-attention state is sized differently",
     "nemotron_h_moe": "its layer filters differ by context type",
 }
-NO_CACHE_ARCHS = frozenset({"bert", "jina-bert-v2", "jina-bert-v3", "nomic-bert", "nomic-bert-moe", "neo-bert",
-                            "eurobert", "wavtokenizer-dec", "modern-bert", "gemma-embedding", "dream",
-                            "llada", "llada-moe", "rnd1"})
+NO_CACHE_ARCHS = frozenset(
+    {
+        "bert",
+        "jina-bert-v2",
+        "jina-bert-v3",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "neo-bert",
+        "eurobert",
+        "wavtokenizer-dec",
+        "modern-bert",
+        "gemma-embedding",
+        "dream",
+        "llada",
+        "llada-moe",
+        "rnd1",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -197,7 +218,7 @@ def kv_layout(model: ModelInfo) -> Layout | None:
     kv_heads = _kv_heads(model, n_all)
     swa, n_swa = _swa_layers(model, arch, n_trunk, n_all)
     recurrent = _recurrent_layers(model, arch, kv_heads, n_trunk)
-    if kv_heads is None and not (arch in RECURRENT_ARCHS):
+    if kv_heads is None and arch not in RECURRENT_ARCHS:
         return None
     state_r, state_s = _state_sizes(model, arch)
     layers, v_max = [], 0
@@ -212,8 +233,17 @@ def kv_layout(model: ModelInfo) -> Layout | None:
             continue
         if attends and heads:
             mla = bool(model.head_dim_k_mla and model.head_dim_v_mla)
-            layers.append(Layer(il, "swa" if swa[il] else "global", heads, dk, 0 if mla else dv, mla,
-                                also_recurrent=arch == "falcon-h1"))
+            layers.append(
+                Layer(
+                    il,
+                    "swa" if swa[il] else "global",
+                    heads,
+                    dk,
+                    0 if mla else dv,
+                    mla,
+                    also_recurrent=arch == "falcon-h1",
+                )
+            )
         elif recurrent[il]:
             layers.append(Layer(il, "recurrent", state_r=state_r, state_s=state_s))
     if arch == "falcon-h1":
@@ -325,8 +355,11 @@ def geometry(model: ModelInfo, settings: KvSettings, n_swa: int) -> Geometry:
     n_ctx = pad_n_ctx(requested, n_seq, settings.kv_unified)
     n_stream = 1 if settings.kv_unified else n_seq
     n_ctx_seq = n_ctx // n_stream
-    swa = n_ctx_seq if settings.swa_full else _pad(min(n_ctx_seq, n_swa * (n_seq if settings.kv_unified else 1)
-                                                        + n_ubatch), SWA_PAD)
+    swa = (
+        n_ctx_seq
+        if settings.swa_full
+        else _pad(min(n_ctx_seq, n_swa * (n_seq if settings.kv_unified else 1) + n_ubatch), SWA_PAD)
+    )
     rows = n_seq * (1 + settings.n_rs_seq)
     return Geometry(n_ctx, n_ctx_seq, n_seq, n_stream, n_ubatch, swa, rows)
 
@@ -375,8 +408,9 @@ def check_settings(model: ModelInfo, settings: KvSettings) -> bool:
             raise InvalidSettings(f"unknown cache type {t!r} (use one of {', '.join(CACHE_TYPES)})")
     fa = settings.flash_attn != "off"
     if settings.type_v in QUANTISED and not fa:
-        raise InvalidSettings(f"a {settings.type_v} V cache needs flash attention (-fa on): llama.cpp refuses it "
-                              "with -fa off")
+        raise InvalidSettings(
+            f"a {settings.type_v} V cache needs flash attention (-fa on): llama.cpp refuses it with -fa off"
+        )
     if model.head_dim_k_mla and model.head_dim_v_mla and settings.type_k != settings.type_v:
         raise InvalidSettings("MLA models need the same K and V cache type")
     layout = kv_layout(model)
@@ -396,17 +430,20 @@ def _tensor_bytes(cache_type: str, width: int, rows: int, backend: Backend) -> i
     return _pad(size, backend.alignment)
 
 
-def layer_bytes(layer: Layer, layout: Layout, settings: KvSettings, geo: Geometry, flash_attn: bool,
-                backend: Backend = CPU) -> int:
+def layer_bytes(
+    layer: Layer, layout: Layout, settings: KvSettings, geo: Geometry, flash_attn: bool, backend: Backend = CPU
+) -> int:
     """Bytes one layer's cache tensors take at this geometry."""
     if layer.kind == "recurrent":
         rows = geo.state_rows
-        return (_tensor_bytes(STATE_TYPE, layer.state_r, rows, backend)
-                + _tensor_bytes(STATE_TYPE, layer.state_s, rows, backend))
+        return _tensor_bytes(STATE_TYPE, layer.state_r, rows, backend) + _tensor_bytes(
+            STATE_TYPE, layer.state_s, rows, backend
+        )
     cells = (geo.swa_cells if layer.kind == "swa" else geo.n_ctx_seq) * geo.n_stream
     v_width = 0 if layer.mla else (layout.v_width_max if not flash_attn else layer.n_head_kv * layer.head_dim_v)
-    return (_tensor_bytes(settings.type_k, layer.n_head_kv * layer.head_dim_k, cells, backend)
-            + _tensor_bytes(settings.type_v, v_width, cells, backend))
+    return _tensor_bytes(settings.type_k, layer.n_head_kv * layer.head_dim_k, cells, backend) + _tensor_bytes(
+        settings.type_v, v_width, cells, backend
+    )
 
 
 def kv_breakdown(model: ModelInfo, settings: KvSettings, backend: Backend = CPU) -> KvBreakdown | None:
@@ -420,19 +457,33 @@ def kv_breakdown(model: ModelInfo, settings: KvSettings, backend: Backend = CPU)
     geo = geometry(model, settings, layout.n_swa)
     groups: dict[tuple, list[Layer]] = {}
     for layer in layout.layers:
-        key = (layer.kind, layer.mla, layer.n_head_kv, layer.head_dim_k, layer.head_dim_v, layer.state_r,
-               layer.state_s)
+        key = (layer.kind, layer.mla, layer.n_head_kv, layer.head_dim_k, layer.head_dim_v, layer.state_r, layer.state_s)
         groups.setdefault(key, []).append(layer)
     parts = [_part(group, layout, settings, geo, fa, backend) for group in groups.values()]
     total = sum(p.bytes for p in parts)
     per_token = sum(p.bytes_per_token for p in parts)
     notes = list(layout.notes)
-    if not fa and any(l.kind != "recurrent" and l.n_head_kv * l.head_dim_v != layout.v_width_max
-                      for l in layout.layers if not l.mla):
+    if not fa and any(
+        layer.kind != "recurrent" and layer.n_head_kv * layer.head_dim_v != layout.v_width_max
+        for layer in layout.layers
+        if not layer.mla
+    ):
         notes.append("flash attention off: V is stored transposed, every layer as wide as the widest")
-    return KvBreakdown(model.name, layout.architecture, settings, geo.n_ctx, geo.n_ctx_seq, fa, tuple(parts),
-                       total, per_token, total - round(per_token * geo.n_ctx), layout.exact, tuple(notes),
-                       backend.name)
+    return KvBreakdown(
+        model.name,
+        layout.architecture,
+        settings,
+        geo.n_ctx,
+        geo.n_ctx_seq,
+        fa,
+        tuple(parts),
+        total,
+        per_token,
+        total - round(per_token * geo.n_ctx),
+        layout.exact,
+        tuple(notes),
+        backend.name,
+    )
 
 
 def kv_total_bytes(model: ModelInfo, settings: KvSettings, backend: Backend = CPU) -> int | None:
@@ -453,20 +504,22 @@ def kv_bytes_by_layer(model: ModelInfo, settings: KvSettings, backend: Backend =
     return out
 
 
-def _part(group: list[Layer], layout: Layout, settings: KvSettings, geo: Geometry, fa: bool,
-          backend: Backend) -> KvPart:
+def _part(
+    group: list[Layer], layout: Layout, settings: KvSettings, geo: Geometry, fa: bool, backend: Backend
+) -> KvPart:
     first, n = group[0], len(group)
     size = sum(layer_bytes(layer, layout, settings, geo, fa, backend) for layer in group)
     if first.kind == "recurrent":
-        text = (f"{_layers(n, 'recurrent')}: state of {first.state_r:,} + {first.state_s:,} values × 4 B (f32) "
-                f"× {geo.state_rows} sequence{'s' if geo.state_rows != 1 else ''} = {fmt_bytes(size)} fixed")
+        text = (
+            f"{_layers(n, 'recurrent')}: state of {first.state_r:,} + {first.state_s:,} values × 4 B (f32) "
+            f"× {geo.state_rows} sequence{'s' if geo.state_rows != 1 else ''} = {fmt_bytes(size)} fixed"
+        )
         return KvPart("recurrent state", "fixed", n, geo.state_rows, size, 0.0, text)
     cells = (geo.swa_cells if first.kind == "swa" else geo.n_ctx_seq) * geo.n_stream
     row = _row_text(first, layout, settings, fa)
     if first.kind == "swa" and not (settings.swa_full or geo.swa_cells == geo.n_ctx_seq):
         why = _swa_why(layout.n_swa, geo, settings.kv_unified)
-        text = (f"{_layers(n, 'sliding-window')}: {cells:,} cells fixed ({why}) × {row} "
-                f"= {fmt_bytes(size)}")
+        text = f"{_layers(n, 'sliding-window')}: {cells:,} cells fixed ({why}) × {row} = {fmt_bytes(size)}"
         return KvPart("sliding-window layers", "fixed", n, cells, size, 0.0, text)
     name = "MLA layers" if first.mla else "sliding-window layers" if first.kind == "swa" else "global layers"
     label = _layers(n, "MLA" if first.mla else "sliding-window" if first.kind == "swa" else "global")
@@ -510,8 +563,9 @@ def textbook_bytes_per_token(model: ModelInfo, type_k: str = "f16", type_v: str 
     """``2 × n_layer × n_head_kv × head_dim × bytes``: every layer, every token, K and V."""
     if None in (model.n_layer, model.n_head_kv, model.head_dim_k, model.head_dim_v):
         return None
-    per_layer = model.n_head_kv * (model.head_dim_k * CACHE_TYPE_BYTES[type_k]
-                                   + model.head_dim_v * CACHE_TYPE_BYTES[type_v])
+    per_layer = model.n_head_kv * (
+        model.head_dim_k * CACHE_TYPE_BYTES[type_k] + model.head_dim_v * CACHE_TYPE_BYTES[type_v]
+    )
     return model.n_layer * per_layer
 
 
@@ -531,8 +585,10 @@ def known_differences(model: ModelInfo, flash_attn_on: bool | None, swa_full: bo
     layout = kv_layout(model)
     kinds = {layer.kind for layer in layout.layers} if layout else set()
     if "swa" in kinds and not swa_full:
-        notes.append(f"sliding-window layers keep only {layout.n_swa:,} tokens (+ ubatch): "
-                     "the textbook figure overstates their share")
+        notes.append(
+            f"sliding-window layers keep only {layout.n_swa:,} tokens (+ ubatch): "
+            "the textbook figure overstates their share"
+        )
     if layout and any(layer.mla for layer in layout.layers):
         notes.append("MLA stores one compressed K row per token and no V: the textbook figure does not apply")
     if "recurrent" in kinds:
@@ -540,7 +596,9 @@ def known_differences(model: ModelInfo, flash_attn_on: bool | None, swa_full: bo
     if layout and not layout.exact:
         notes.extend(layout.notes)
     if flash_attn_on is False:
-        notes.append("without flash attention the attention compute buffer grows with n_ctx "
-                     "and its pages are touched only at depth")
+        notes.append(
+            "without flash attention the attention compute buffer grows with n_ctx "
+            "and its pages are touched only at depth"
+        )
     notes.append(f"n_ctx is padded to a multiple of {N_CTX_PAD}")
     return notes

@@ -17,15 +17,15 @@ RAM_RISE_BYTES_PER_S = 4 * MiB
 RAM_RISE_MIN_BYTES = 128 * MiB
 
 # Sign 3: decode speed against the run's own depth trend (the local line through the deepest probes).
-SPEED_AMBER_PCT = 10.0   # ~10 % can be throttling or background load
-SPEED_RED_PCT = 50.0     # a raw drop this large with too few probes to judge is worth a word
-FIT_MIN_POINTS = 3       # fewer points than this: compare against the baseline only
-LOCAL_FIT_POINTS = 4     # the trend at depth: a line through the deepest this many probes
+SPEED_AMBER_PCT = 10.0  # ~10 % can be throttling or background load
+SPEED_RED_PCT = 50.0  # a raw drop this large with too few probes to judge is worth a word
+FIT_MIN_POINTS = 3  # fewer points than this: compare against the baseline only
+LOCAL_FIT_POINTS = 4  # the trend at depth: a line through the deepest this many probes
 SPEED_NOISE_SIGMAS = 3.0  # a run whose own probes scatter by ±x % cannot flag less than 3x
-CONFIRMING_WINDOWS = 2   # windows at depth beyond the band before the run is: one slow window never is
+CONFIRMING_WINDOWS = 2  # windows at depth beyond the band before the run is: one slow window never is
 BEND_SLOPE_GROWTH = 2.0  # the deep probes' slope this many times the shallow ones': decode bends up
-LOAD_CORES = 0.3         # other processes' CPU use, in cores, that can slow a decode
-THROTTLED_SHARE = 0.1    # a cgroup's CPU periods that ran out of quota: the run stalled to each one's end
+LOAD_CORES = 0.3  # other processes' CPU use, in cores, that can slow a decode
+THROTTLED_SHARE = 0.1  # a cgroup's CPU periods that ran out of quota: the run stalled to each one's end
 THROTTLED_MIN_PERIODS = 20  # periods (100 ms each by default) before that share is read
 # A triangulation's decode at depth has measured enough once this many windows in a row lie
 # within this share of their median (and none of them paged): closer than sign 3's amber, so more

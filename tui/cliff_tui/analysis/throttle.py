@@ -6,7 +6,7 @@ this module decides what each means for a slowdown.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 THERMAL_REASONS = frozenset({"thermal (sw)", "thermal (hw)", "hw slowdown"})
 POWER_REASONS = frozenset({"power cap", "power brake"})

@@ -12,9 +12,11 @@ resident memory when it lives in RAM (then swap is the cliff).
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.buffers import gpu_index_of
@@ -76,8 +78,10 @@ class PointCheck:
 
     def describe(self) -> str:
         direction = "below" if self.miss_bytes < 0 else "above"
-        return (f"{self.figure} memory at n_ctx {self.n_ctx:,} was {self.error_pct:.1f}% {direction} the line "
-                f"through the shallower points (tolerance {fmt_bytes(self.tolerance_bytes)})")
+        return (
+            f"{self.figure} memory at n_ctx {self.n_ctx:,} was {self.error_pct:.1f}% {direction} the line "
+            f"through the shallower points (tolerance {fmt_bytes(self.tolerance_bytes)})"
+        )
 
     @property
     def miss_bytes(self) -> float:
@@ -149,8 +153,15 @@ def memory_point(result: RunResult) -> MemoryPoint:
         shared = (delta.shared_delta_bytes if delta else None) or 0
         rss = (result.rss_peak_bytes or 0) - (result.rss_baseline_bytes or 0)
         beyond, tier = (shared, f"GPU{gpu} shared VRAM") if shared >= rss else (rss, "RAM")
-    return MemoryPoint(n_ctx=result.n_ctx, depth=result.depth, allocated_bytes=allocated,
-                       touched_bytes=touched, noise_bytes=noise, beyond_bytes=max(0, beyond), beyond_tier=tier)
+    return MemoryPoint(
+        n_ctx=result.n_ctx,
+        depth=result.depth,
+        allocated_bytes=allocated,
+        touched_bytes=touched,
+        noise_bytes=noise,
+        beyond_bytes=max(0, beyond),
+        beyond_tier=tier,
+    )
 
 
 def _devices(result: RunResult) -> set[str]:
@@ -158,14 +169,15 @@ def _devices(result: RunResult) -> set[str]:
 
 
 def _buffer_total(result: RunResult, device: str) -> int:
-    return (result.kv_buffers.get(device, 0) + result.compute_buffers.get(device, 0)
-            + result.model_buffers.get(device, 0))
+    return (
+        result.kv_buffers.get(device, 0) + result.compute_buffers.get(device, 0) + result.model_buffers.get(device, 0)
+    )
 
 
 def slope_of(xs: Sequence[int], ys: Sequence[float]) -> Slope:
     fit = fit_line(xs, ys)
     pairs = sorted(zip(xs, ys))
-    pairwise = tuple((b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(pairs, pairs[1:]) if b[0] != a[0])
+    pairwise = tuple((b[1] - a[1]) / (b[0] - a[0]) for a, b in itertools.pairwise(pairs) if b[0] != a[0])
     if fit is None:
         return Slope(None, None, pairwise)
     return Slope(fit.slope, fit.intercept, pairwise)
@@ -184,8 +196,15 @@ def check_points(points: Sequence[MemoryPoint]) -> tuple[list[PointCheck], int |
         if fit is None:
             continue
         point = ordered[i]
-        check = PointCheck(point.n_ctx, fit.at(point.n_ctx), float(point.touched_bytes),
-                           _tolerance(before + [point], point), "touched", point.beyond_bytes, point.beyond_tier)
+        check = PointCheck(
+            point.n_ctx,
+            fit.at(point.n_ctx),
+            float(point.touched_bytes),
+            _tolerance([*before, point], point),
+            "touched",
+            point.beyond_bytes,
+            point.beyond_tier,
+        )
         checks.append(check)
         if check.wall:
             return checks, i
@@ -201,8 +220,9 @@ def check_allocated(points: Sequence[MemoryPoint]) -> list[PointCheck]:
         if fit is not None:
             point = ordered[i]
             tolerance = max(th.ALLOCATED_FLOOR_BYTES, th.ALLOCATED_FLOOR_PCT / 100 * point.allocated_bytes)
-            checks.append(PointCheck(point.n_ctx, fit.at(point.n_ctx), float(point.allocated_bytes), tolerance,
-                                     "allocated"))
+            checks.append(
+                PointCheck(point.n_ctx, fit.at(point.n_ctx), float(point.allocated_bytes), tolerance, "allocated")
+            )
     return checks
 
 
@@ -222,7 +242,7 @@ def locate_wall(points: Sequence[MemoryPoint], first_off: int) -> int:
     if before and after and after.slope != before.slope:
         x = (before.intercept - after.intercept) / (after.slope - before.slope)
         if lo <= x <= hi:
-            return int(round(x))
+            return round(x)
     return (lo + hi) // 2
 
 
@@ -271,25 +291,44 @@ def triangulate(
     verdict = _verdict(points, checks, allocated_checks, wall, does_not_fit_at)
     capacity = capacity_for(kv_device, plan, plan.reserve_bytes if plan else None)
     target = target or (plan.target if plan else None) or (points[-1].n_ctx * 2 if points else 0)
-    projection = project(touched if touched.bytes_per_token is not None else allocated,
-                         capacity, target, wall, does_not_fit_at)
+    projection = project(
+        touched if touched.bytes_per_token is not None else allocated, capacity, target, wall, does_not_fit_at
+    )
     return Triangulation(
-        cache_types=cache_types, points=points, allocated=allocated, touched=touched,
-        allocated_per_device=_per_device_slopes(results), theory_bytes_per_token=theory_bytes_per_token,
-        checks=tuple(checks), verdict=verdict, wall_near=wall, does_not_fit_at=does_not_fit_at,
-        projection=projection, allocated_checks=tuple(allocated_checks),
+        cache_types=cache_types,
+        points=points,
+        allocated=allocated,
+        touched=touched,
+        allocated_per_device=_per_device_slopes(results),
+        theory_bytes_per_token=theory_bytes_per_token,
+        checks=tuple(checks),
+        verdict=verdict,
+        wall_near=wall,
+        does_not_fit_at=does_not_fit_at,
+        projection=projection,
+        allocated_checks=tuple(allocated_checks),
     )
 
 
-def _verdict(points: Sequence[MemoryPoint], checks: Sequence[PointCheck], allocated: Sequence[PointCheck],
-             wall: int | None, does_not_fit_at: int | None) -> str:
+def _verdict(
+    points: Sequence[MemoryPoint],
+    checks: Sequence[PointCheck],
+    allocated: Sequence[PointCheck],
+    wall: int | None,
+    does_not_fit_at: int | None,
+) -> str:
     if wall is not None:
         check = next(c for c in checks if c.wall)
-        return (f"memory wall near {wall:,} tokens: {check.describe()} while {check.beyond_tier} grew "
-                f"{fmt_bytes(check.beyond_bytes)}")
+        return (
+            f"memory wall near {wall:,} tokens: {check.describe()} while {check.beyond_tier} grew "
+            f"{fmt_bytes(check.beyond_bytes)}"
+        )
     if does_not_fit_at is not None:
-        return f"linear up to {points[-1].n_ctx:,} tokens; does not fit at {does_not_fit_at:,}" if points \
+        return (
+            f"linear up to {points[-1].n_ctx:,} tokens; does not fit at {does_not_fit_at:,}"
+            if points
             else f"does not fit at {does_not_fit_at:,} tokens"
+        )
     if not checks:
         return f"not enough points ({len(points)} of 3) to check the line"
     notes = [f"{c.describe()}, and no other tier grew: noise, not a wall" for c in checks if not c.on_line]
@@ -297,15 +336,24 @@ def _verdict(points: Sequence[MemoryPoint], checks: Sequence[PointCheck], alloca
     return "linear" + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def project(slope: Slope, capacity: Capacity, target: int, wall: int | None,
-            does_not_fit_at: int | None) -> Projection:
+def project(slope: Slope, capacity: Capacity, target: int, wall: int | None, does_not_fit_at: int | None) -> Projection:
     per_token, intercept = slope.bytes_per_token, slope.intercept_bytes
     if per_token is None or intercept is None:
-        return Projection(capacity.tier, target, None, capacity.bytes, capacity.reserve_bytes,
-                          _bound_only(wall, does_not_fit_at), "bound only", "needs two points")
+        return Projection(
+            capacity.tier,
+            target,
+            None,
+            capacity.bytes,
+            capacity.reserve_bytes,
+            _bound_only(wall, does_not_fit_at),
+            "bound only",
+            "needs two points",
+        )
     projected = intercept + target * per_token
-    formula = (f"{intercept / MiB:,.0f} MiB + {target:,} tok × {per_token / KiB:.2f} KiB/tok ÷ 1024"
-               f" = {projected / MiB:,.0f} MiB")
+    formula = (
+        f"{intercept / MiB:,.0f} MiB + {target:,} tok × {per_token / KiB:.2f} KiB/tok ÷ 1024"
+        f" = {projected / MiB:,.0f} MiB"
+    )
     limit, limited_by = None, "no growth measured"
     if capacity.bytes is not None and per_token > 0:
         usable = capacity.bytes - (capacity.reserve_bytes or 0)
@@ -315,8 +363,9 @@ def project(slope: Slope, capacity: Capacity, target: int, wall: int | None,
             limit, limited_by = bound - N_CTX_PAD, why
     if limit is not None:
         limit = max(0, limit // N_CTX_PAD * N_CTX_PAD)
-    return Projection(capacity.tier, target, projected, capacity.bytes, capacity.reserve_bytes,
-                      limit, limited_by, formula)
+    return Projection(
+        capacity.tier, target, projected, capacity.bytes, capacity.reserve_bytes, limit, limited_by, formula
+    )
 
 
 def _bound_only(wall: int | None, does_not_fit_at: int | None) -> int | None:
@@ -336,4 +385,3 @@ def _per_device_slopes(results: Sequence[RunResult]) -> dict[str, float]:
 
 def _cache_types(results: Sequence[RunResult]) -> str:
     return results[0].settings.cache_label if results else "?"
-

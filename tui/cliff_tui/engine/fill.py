@@ -20,8 +20,9 @@ import os
 import shutil
 import struct
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Literal, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Literal
 
 import numpy as np
 
@@ -131,7 +132,7 @@ class Rows:
         index = np.arange(cells) % learned
         step = max(1, CHUNK_BYTES // max(1, cells * size))
         for start in range(0, n_embd, step):
-            f.write(np.ascontiguousarray(self.data[start:start + step][:, index]))
+            f.write(np.ascontiguousarray(self.data[start : start + step][:, index]))
 
 
 def _read_rows(r: _Reader, cells: int) -> Rows:
@@ -200,10 +201,16 @@ def _read_cells(r: _Reader, learned: int) -> int | None:
     cells = np.frombuffer(r.take(count * CELL.itemsize), dtype=CELL)
     positions = np.sort(cells["pos"])
     expected = np.arange(learned - count, learned)
-    if count == 0 or (cells["n_seq"] != 1).any() or (cells["seq"] != 0).any() \
-            or not np.array_equal(positions, expected):
-        raise FillUnavailable("the cells of the saved state are not laid out as this reader knows "
-                              "(a model whose cells carry more than a position and a sequence?)")
+    if (
+        count == 0
+        or (cells["n_seq"] != 1).any()
+        or (cells["seq"] != 0).any()
+        or not np.array_equal(positions, expected)
+    ):
+        raise FillUnavailable(
+            "the cells of the saved state are not laid out as this reader knows "
+            "(a model whose cells carry more than a position and a sequence?)"
+        )
     return None if count == learned else count
 
 
@@ -256,8 +263,10 @@ def parse_state(f: BinaryIO, keep: int = LEARN_TOKENS) -> Layout:
     r = _Reader(f, keep)
     magic, version = r.u32(), r.u32()
     if (magic, version) != (SEQ_MAGIC, SEQ_VERSION):
-        raise FillUnavailable(f"this llama.cpp writes sequence states as magic {magic:#010x} version {version}; "
-                              f"the filler knows {SEQ_MAGIC:#010x} version {SEQ_VERSION}")
+        raise FillUnavailable(
+            f"this llama.cpp writes sequence states as magic {magic:#010x} version {version}; "
+            f"the filler knows {SEQ_MAGIC:#010x} version {SEQ_VERSION}"
+        )
     learned = r.u32()
     r.skip(4 * learned)
     if learned == 0 or r.done():
@@ -297,8 +306,9 @@ class KvFiller:
     """Learns the state layout from a real prefill of ``tokens`` in ``context``, then fills that
     context to any depth. Its files live in a temporary folder under ``folder``."""
 
-    def __init__(self, context: Context, tokens: Sequence[int], folder: str | None = None,
-                 call: int | None = None) -> None:
+    def __init__(
+        self, context: Context, tokens: Sequence[int], folder: str | None = None, call: int | None = None
+    ) -> None:
         self.context = context
         self.loaded = False  # whether a filled state is in the context now or was before
         self._deepest: tuple[str, list[int]] | None = None  # a state kept for shallower fills, its tokens
@@ -315,7 +325,7 @@ class KvFiller:
         context = self.context
         context.clear()
         for start in range(0, len(tokens), call):
-            context.decode(tokens[start:start + call])
+            context.decode(tokens[start : start + call])
         path = os.path.join(self.folder, "learned.bin")
         context.save_state(path, tokens)
         try:
@@ -363,14 +373,17 @@ class KvFiller:
         try:
             self.layout.write(path, tokens)
         except OSError as exc:
-            raise FillUnavailable(f"writing a state of {len(tokens):,} cells to {self.folder} failed: "
-                                  f"{exc.strerror or exc}") from None
+            raise FillUnavailable(
+                f"writing a state of {len(tokens):,} cells to {self.folder} failed: {exc.strerror or exc}"
+            ) from None
 
     def _check_room(self, depth: int) -> None:
         need, free = self.layout.nbytes(depth), shutil.disk_usage(self.folder).free
         if need * 1.1 > free:
-            raise FillUnavailable(f"a state of {depth:,} cells needs {fmt_bytes(need)} on disk and "
-                                  f"{fmt_bytes(free)} is free in {os.path.dirname(self.folder)}")
+            raise FillUnavailable(
+                f"a state of {depth:,} cells needs {fmt_bytes(need)} on disk and "
+                f"{fmt_bytes(free)} is free in {os.path.dirname(self.folder)}"
+            )
 
     def _load(self, path: str, depth: int) -> None:
         from cliff_tui.engine.llama import last_problem
@@ -381,7 +394,9 @@ class KvFiller:
         try:
             count = self.context.load_state(path)
         except OSError:
-            raise FillUnavailable(f"llama.cpp refused the filled state: {last_problem(log, mark) or 'see the log (l)'}")
+            raise FillUnavailable(
+                f"llama.cpp refused the filled state: {last_problem(log, mark) or 'see the log (l)'}"
+            ) from None
         held = self.context.used_cells()
         if count != depth or held != depth:
             self.context.clear()

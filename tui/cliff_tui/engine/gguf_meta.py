@@ -23,9 +23,25 @@ GGUF_MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.")
-_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-               17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+_FILE_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    32: "BF16",
+}
 
 
 class _Truncated(Exception):
@@ -98,12 +114,14 @@ def read_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], int, list[tu
             magic = f.read(4)
             if magic != GGUF_MAGIC:
                 shown = magic.decode("ascii", errors="replace") if magic else "nothing"
-                raise BadInput(f"{p} is not a GGUF file (it starts with {shown!r}, not 'GGUF'): "
-                               "pass -m a llama.cpp .gguf model")
+                raise BadInput(
+                    f"{p} is not a GGUF file (it starts with {shown!r}, not 'GGUF'): pass -m a llama.cpp .gguf model"
+                )
             version = struct.unpack("<I", f.read(4) or b"\0\0\0\0")[0]
             if version not in (1, 2, 3):
-                raise BadInput(f"{p}: GGUF version {version} is not one this tool reads (1–3); "
-                               "is it a big-endian or newer file?")
+                raise BadInput(
+                    f"{p}: GGUF version {version} is not one this tool reads (1–3); is it a big-endian or newer file?"
+                )
             return _read_body(_Reader(f, version), p)
     except _Truncated:
         raise BadInput(f"{p} is a truncated GGUF (the header ends early): download or convert it again") from None
@@ -141,14 +159,18 @@ def read_model_info(path: str | os.PathLike) -> ModelInfo:
     size = p.stat().st_size
     max_offset = max((offset for _, offset in tensors), default=0)
     if size <= data_start + max_offset:
-        raise BadInput(f"{p} is a truncated GGUF ({size:,} bytes, its tensors need more than "
-                       f"{data_start + max_offset:,}): download or convert it again")
+        raise BadInput(
+            f"{p} is a truncated GGUF ({size:,} bytes, its tensors need more than "
+            f"{data_start + max_offset:,}): download or convert it again"
+        )
     sizes = tensor_sizes(tensors, size - data_start)
     info = model_info_from_metadata(str(p), size, meta)
     n_tensors = _as_int(meta.get("split.tensors.count")) or len(tensors)  # a split model's first file
     if info.n_layer is not None and not 0 <= info.n_layer <= n_tensors:  # each layer holds tensors
-        raise BadInput(f"{p} claims {info.n_layer:,} layers but holds {n_tensors:,} tensors (corrupt file): "
-                       "download or convert it again")
+        raise BadInput(
+            f"{p} claims {info.n_layer:,} layers but holds {n_tensors:,} tensors (corrupt file): "
+            "download or convert it again"
+        )
     output = sizes.get("output.weight", sizes.get("token_embd.weight"))
     return dataclasses.replace(info, block_weight_bytes=block_weight_bytes(sizes), output_weight_bytes=output)
 

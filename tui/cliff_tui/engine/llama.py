@@ -11,20 +11,22 @@ import ctypes
 import re
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import llama_cpp as L
 import numpy as np
 
-from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
 from cliff_tui.engine.llama_log import LEVEL_ERROR, LEVEL_WARN, LlamaLog
+from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
 from cliff_tui.events import RunSettings
 
 # GGML type ids (ggml.h) for the KV cache types llama.cpp accepts with -ctk/-ctv.
-GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
-              "iq4_nl": 20, "bf16": 30}
-FLASH_ATTN = {"auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-              "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
+FLASH_ATTN = {
+    "auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
 
 _MEMORY_WORDS = re.compile(r"alloc|memory|buffer|out of|OOM", re.IGNORECASE)
 _backend_lock = threading.Lock()
@@ -62,6 +64,7 @@ class LoadedModel:
         params.n_gpu_layers = n_gpu_layers
         self._progress = None
         if cancel is not None:
+
             @L.llama_progress_callback
             def progress(_fraction: float, _user: ctypes.c_void_p) -> bool:
                 return not cancel.is_set()
@@ -135,9 +138,12 @@ class Context:
             why = last_problem(log, mark)
             if why and not _MEMORY_WORDS.search(why):
                 raise BadInput(f"llama.cpp refused a context of {n_ctx:,} tokens with these settings: {why}")
-            raise DoesNotFit(f"a context of {n_ctx:,} tokens does not fit: {why or 'allocation failed'} — try a "
-                             "smaller -c/--depth, a quantised cache (-ctk q8_0 -ctv q8_0 -fa on) or fewer -ngl "
-                             "layers", n_ctx=n_ctx)
+            raise DoesNotFit(
+                f"a context of {n_ctx:,} tokens does not fit: {why or 'allocation failed'} — try a "
+                "smaller -c/--depth, a quantised cache (-ctk q8_0 -ctv q8_0 -fa on) or fewer -ngl "
+                "layers",
+                n_ctx=n_ctx,
+            )
         self.n_ctx = L.llama_n_ctx(self.ptr)
         self.memory = L.llama_get_memory(self.ptr)
         self._abort = None
@@ -170,10 +176,11 @@ class Context:
         if rc == 2:
             raise Cancelled("cancelled")
         if rc == 1:
-            raise DoesNotFit(f"the KV cache is full at {self.used_cells():,} of {self.n_ctx:,} cells",
-                             n_ctx=self.n_ctx)
-        raise DoesNotFit(f"llama_decode failed (code {rc}) at depth {self.used_cells():,}: out of memory? "
-                         "see the log (l)", n_ctx=self.n_ctx)
+            raise DoesNotFit(f"the KV cache is full at {self.used_cells():,} of {self.n_ctx:,} cells", n_ctx=self.n_ctx)
+        raise DoesNotFit(
+            f"llama_decode failed (code {rc}) at depth {self.used_cells():,}: out of memory? see the log (l)",
+            n_ctx=self.n_ctx,
+        )
 
     def synchronize(self) -> None:
         L.llama_synchronize(self.ptr)

@@ -18,14 +18,16 @@ import re
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from cliff_tui.events import BufferSize, LogLine
 from cliff_tui.text import LOG_LIMIT, inert
 from cliff_tui.units import KiB, MiB
 
-BUFFER_RE = re.compile(r"(?P<device>[A-Za-z][\w.-]*)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*"
-                       r"(?P<mib>[0-9]+(?:\.[0-9]+)?)\s*MiB")
+BUFFER_RE = re.compile(
+    r"(?P<device>[A-Za-z][\w.-]*)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*"
+    r"(?P<mib>[0-9]+(?:\.[0-9]+)?)\s*MiB"
+)
 FLASH_RE = re.compile(r"Flash Attention (enabled|disabled)", re.IGNORECASE)
 
 # ggml_log_level: NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5 (continues the previous line)
@@ -38,8 +40,7 @@ def parse_buffer_line(text: str) -> BufferSize | None:
     match = BUFFER_RE.search(text)
     if not match:
         return None
-    return BufferSize(device=match["device"], kind=KIND_NAMES[match["kind"]],
-                      bytes=round(float(match["mib"]) * MiB))
+    return BufferSize(device=match["device"], kind=KIND_NAMES[match["kind"]], bytes=round(float(match["mib"]) * MiB))
 
 
 def parse_flash_attn(text: str) -> bool | None:
@@ -51,7 +52,7 @@ class LlamaLog:
     """The process-wide capture. ``listen`` adds a per-line listener; debug lines are dropped
     (llama.cpp prints hundreds per graph build) unless ``keep_debug``."""
 
-    _instance: "LlamaLog | None" = None
+    _instance: LlamaLog | None = None
     _instance_lock = threading.Lock()
 
     def __init__(self, capacity: int = 4000, keep_debug: bool = False) -> None:
@@ -64,7 +65,7 @@ class LlamaLog:
         self._callback = None  # the ctypes callback must outlive llama.cpp's pointer to it
 
     @classmethod
-    def install(cls) -> "LlamaLog":
+    def install(cls) -> LlamaLog:
         with cls._instance_lock:
             if cls._instance is None:
                 cls._instance = cls()

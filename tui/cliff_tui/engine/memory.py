@@ -32,8 +32,7 @@ class MemoryTracker:
             self._swap_peak = sample.swap.used_bytes
             self._rss_peak = sample.process.total_rss_bytes if sample.process else None
             self._vram_peak = {g.index: g.vram_used_bytes for g in sample.gpus if g.vram_used_bytes is not None}
-            self._shared_peak = {g.index: g.shared_used_bytes for g in sample.gpus
-                                 if g.shared_used_bytes is not None}
+            self._shared_peak = {g.index: g.shared_used_bytes for g in sample.gpus if g.shared_used_bytes is not None}
             self._process_gpu_peak = sample.process.gpu_used_bytes if sample.process else None
 
     def start_watch(self, before_load: Sample) -> None:
@@ -104,13 +103,18 @@ class MemoryTracker:
         out = []
         for g in base.gpus:
             reasons = {k: v for k, v in g.reasons.items() if k in ("vram_used_bytes", "shared_used_bytes")}
-            out.append(GpuDelta(
-                index=g.index, name=g.name,
-                baseline_bytes=g.vram_used_bytes, peak_bytes=self._vram_peak.get(g.index),
-                shared_baseline_bytes=g.shared_used_bytes, shared_peak_bytes=self._shared_peak.get(g.index),
-                process_peak_bytes=self._process_gpu_peak if g.index == 0 else None,
-                reasons=reasons,
-            ))
+            out.append(
+                GpuDelta(
+                    index=g.index,
+                    name=g.name,
+                    baseline_bytes=g.vram_used_bytes,
+                    peak_bytes=self._vram_peak.get(g.index),
+                    shared_baseline_bytes=g.shared_used_bytes,
+                    shared_peak_bytes=self._shared_peak.get(g.index),
+                    process_peak_bytes=self._process_gpu_peak if g.index == 0 else None,
+                    reasons=reasons,
+                )
+            )
         return tuple(out)
 
 

@@ -18,14 +18,13 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from cliff_tui.analysis.buffers import by_kind, gpu_index_of, kv_device
 from cliff_tui.analysis.cliff import cliff_verdict, memory_sign
 from cliff_tui.analysis.speed import classify_speed, steady, window_rate
 from cliff_tui.analysis.theory import kv_bytes_per_token, pad_n_ctx
-from cliff_tui.errors import Cancelled, CliffError, DoesNotFit
 from cliff_tui.engine.fill import FillUnavailable, KvFiller, keeps_deepest, learn_tokens, unfillable_reason
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.llama import Context, LoadedModel, supports_gpu_offload
@@ -33,11 +32,26 @@ from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line, parse_flash_
 from cliff_tui.engine.memory import MemoryTracker
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.tokens import MINIMAL_PROMPT, prompt_tokens
-from cliff_tui.heap import return_freed_memory
+from cliff_tui.errors import Cancelled, CliffError, DoesNotFit
 from cliff_tui.events import (
-    BufferSize, BuffersReported, CliffVerdict, DecodePoint, DecodeWindow, FillMode, GeneratedText, LogLine, ModelInfo,
-    Notice, RunFailed, RunFinished, RunProgress, RunResult, RunSettings, RunStarted,
+    BufferSize,
+    BuffersReported,
+    CliffVerdict,
+    DecodePoint,
+    DecodeWindow,
+    FillMode,
+    GeneratedText,
+    LogLine,
+    ModelInfo,
+    Notice,
+    RunFailed,
+    RunFinished,
+    RunProgress,
+    RunResult,
+    RunSettings,
+    RunStarted,
 )
+from cliff_tui.heap import return_freed_memory
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.sampler import Sampler, SamplerThread
 from cliff_tui.probes.system import read_major_faults
@@ -135,8 +149,15 @@ def context_size(settings: RunSettings) -> int:
 
 
 class Run:
-    def __init__(self, settings: RunSettings, publish: Publish, *, cancel: threading.Event | None = None,
-                 options: RunOptions | None = None, sampler: Sampler | None = None) -> None:
+    def __init__(
+        self,
+        settings: RunSettings,
+        publish: Publish,
+        *,
+        cancel: threading.Event | None = None,
+        options: RunOptions | None = None,
+        sampler: Sampler | None = None,
+    ) -> None:
         self.options = options or RunOptions()
         self.run_id = self.options.run_id or uuid.uuid4().hex[:8]
         self.settings = settings
@@ -163,8 +184,16 @@ class Run:
             model_info = read_model_info(self.settings.model_path)
             return self._execute(model_info, n_ctx)
         except CliffError as exc:
-            self.publish(RunFailed(time.time(), self.run_id, exc.kind, str(exc),
-                                   n_ctx=getattr(exc, "n_ctx", None) or n_ctx, depth=self.settings.depth))
+            self.publish(
+                RunFailed(
+                    time.time(),
+                    self.run_id,
+                    exc.kind,
+                    str(exc),
+                    n_ctx=getattr(exc, "n_ctx", None) or n_ctx,
+                    depth=self.settings.depth,
+                )
+            )
             exc.published = True
             raise
 
@@ -205,12 +234,30 @@ class Run:
         all_points = (base_point, *self.options.prior_points, *points, *depth_points)
         evidence = self.tracker.watch.evidence()
         spilled = memory_sign(evidence)
-        verdict = classify_speed(baseline_tok_s, depth_tok_s, s.depth, all_points, self.tracker.throttle_seen,
-                                 cpu_cause=self.tracker.watch.cpu_cause, kv_on_gpu=self.tracker.kv_on_gpu,
-                                 memory_sign=spilled.text if spilled else None)
+        verdict = classify_speed(
+            baseline_tok_s,
+            depth_tok_s,
+            s.depth,
+            all_points,
+            self.tracker.throttle_seen,
+            cpu_cause=self.tracker.watch.cpu_cause,
+            kv_on_gpu=self.tracker.kv_on_gpu,
+            memory_sign=spilled.text if spilled else None,
+        )
         cliff = cliff_verdict(evidence, verdict)
-        result = self._result(info, n_ctx, created, baseline_tok_s, depth_tok_s, prefill_tok_s, started_from,
-                              all_points, verdict, time.monotonic() - t0, cliff)
+        result = self._result(
+            info,
+            n_ctx,
+            created,
+            baseline_tok_s,
+            depth_tok_s,
+            prefill_tok_s,
+            started_from,
+            all_points,
+            verdict,
+            time.monotonic() - t0,
+            cliff,
+        )
         self._progress("done", s.depth, force=True)
         self.publish(RunFinished(time.time(), result))
         return result
@@ -257,8 +304,7 @@ class Run:
                 context.synchronize()
                 rate = (stop - reached) / max(time.perf_counter() - t, 1e-9)
                 reached = stop
-                self._progress("prefill", reached, prefill_tok_s=rate,
-                               eta_s=(s.depth - reached) / rate + s.n_gen / 10)
+                self._progress("prefill", reached, prefill_tok_s=rate, eta_s=(s.depth - reached) / rate + s.n_gen / 10)
                 if reached in checkpoints and reached < s.depth:
                     context.abort_on(None)
                     points.append(self._probe(model, context, reached))
@@ -273,8 +319,9 @@ class Run:
             context.save_state(opt.state_out, tokens[: s.depth])
         return started_from, prefill_rate, points
 
-    def _fill(self, model: LoadedModel, context: Context, tokens: list[int], checkpoints: list[int],
-              call: int) -> tuple[int, list[DecodePoint]]:
+    def _fill(
+        self, model: LoadedModel, context: Context, tokens: list[int], checkpoints: list[int], call: int
+    ) -> tuple[int, list[DecodePoint]]:
         """Bring the cache to each probe depth and probe there, then to :func:`filled_tail`
         tokens short of depth or the last probe, whichever is deeper (the caller prefills the
         rest for real, in calls of at most ``call``, the largest a real prefill would make).
@@ -287,7 +334,7 @@ class Run:
                 why = f"{self.settings.depth:,} tokens is too shallow to fill"
             if why is not None:
                 raise FillUnavailable(why)
-            with KvFiller(context, tokens[:learn_tokens(model)], self.options.fill_dir, call) as filler:
+            with KvFiller(context, tokens[: learn_tokens(model)], self.options.fill_dir, call) as filler:
                 if checkpoints:  # more fills than one
                     self._keep_deepest(filler, tokens, self.settings.depth - tail)
                 reached, points = self._filled_probes(filler, model, tokens, checkpoints, call)
@@ -301,8 +348,13 @@ class Run:
         if filler.loaded:
             self.fill = "synthetic"
         else:
-            self.publish(Notice(time.time(), "the KV cache is prefilled for real: its probes are closer together "
-                                             "than the stretch a filled run prefills before each"))
+            self.publish(
+                Notice(
+                    time.time(),
+                    "the KV cache is prefilled for real: its probes are closer together "
+                    "than the stretch a filled run prefills before each",
+                )
+            )
         return reached, points
 
     def _keep_deepest(self, filler: KvFiller, tokens: list[int], deepest: int) -> None:
@@ -316,12 +368,18 @@ class Run:
         if keeps_deepest(model.n_swa(), state, room):
             filler.keep_deepest(tokens[:deepest])
         else:
-            self.publish(Notice(time.time(), f"a KV state written for each probe's depth: RAM has "
-                                             f"{fmt_bytes(room)} free, not twice the deepest state's "
-                                             f"{fmt_bytes(state)}"))
+            self.publish(
+                Notice(
+                    time.time(),
+                    f"a KV state written for each probe's depth: RAM has "
+                    f"{fmt_bytes(room)} free, not twice the deepest state's "
+                    f"{fmt_bytes(state)}",
+                )
+            )
 
-    def _filled_probes(self, filler: KvFiller, model: LoadedModel, tokens: list[int], checkpoints: list[int],
-                       call: int) -> tuple[int, list[DecodePoint]]:
+    def _filled_probes(
+        self, filler: KvFiller, model: LoadedModel, tokens: list[int], checkpoints: list[int], call: int
+    ) -> tuple[int, list[DecodePoint]]:
         points: list[DecodePoint] = []
         ring, reached = window_ring(model.n_swa(), filler.context.n_ubatch), 0
         self._progress("prefill", 0, force=True)
@@ -329,7 +387,7 @@ class Run:
             self._check_cancel()
             reached = _load_toward(filler, tokens, reached, depth, ring)
             for start in range(reached, depth, call):
-                filler.context.decode(tokens[start:min(depth, start + call)])
+                filler.context.decode(tokens[start : min(depth, start + call)])
             reached = depth
             self._progress("prefill", depth, force=True)
             points.append(self._probe(model, filler.context, depth))
@@ -337,29 +395,63 @@ class Run:
 
     def _say_filled(self, filled: int, rate: float | None) -> None:
         measured = f" at {rate:,.0f} tok/s" if rate else ""
-        self.publish(Notice(time.time(), f"KV filled to {filled:,} cells; prefill measured on the last "
-                                         f"{self.settings.depth - filled:,} tokens{measured}"))
+        self.publish(
+            Notice(
+                time.time(),
+                f"KV filled to {filled:,} cells; prefill measured on the last "
+                f"{self.settings.depth - filled:,} tokens{measured}",
+            )
+        )
 
     def _probe(self, model: LoadedModel, context: Context, depth: int) -> DecodePoint:
-        window, = self._generate(model, context, self.options.probe_tokens, "probe", emit_text=False,
-                                 limit=self.options.probe_tokens, one_window=True)
+        (window,) = self._generate(
+            model,
+            context,
+            self.options.probe_tokens,
+            "probe",
+            emit_text=False,
+            limit=self.options.probe_tokens,
+            one_window=True,
+        )
         context.truncate(depth)
-        return DecodePoint(depth=depth, ms_per_token=_window_ms(window.durations), n_tokens=len(window.durations),
-                           phase="probe", major_faults=window.major_faults)
+        return DecodePoint(
+            depth=depth,
+            ms_per_token=_window_ms(window.durations),
+            n_tokens=len(window.durations),
+            phase="probe",
+            major_faults=window.major_faults,
+        )
 
     def _decode_at_depth(self, model: LoadedModel, context: Context) -> tuple[float | None, list[DecodePoint]]:
         self._progress("decode", self.settings.depth, force=True)
-        windows = self._generate(model, context, self.settings.n_gen, "depth", emit_text=True,
-                                 until_steady=self.options.stop_when_steady)
+        windows = self._generate(
+            model, context, self.settings.n_gen, "depth", emit_text=True, until_steady=self.options.stop_when_steady
+        )
         points, depth = [], self.settings.depth
         for window in windows:
-            points.append(DecodePoint(depth=depth, ms_per_token=_window_ms(window.durations),
-                                      n_tokens=len(window.durations), phase="depth", major_faults=window.major_faults))
+            points.append(
+                DecodePoint(
+                    depth=depth,
+                    ms_per_token=_window_ms(window.durations),
+                    n_tokens=len(window.durations),
+                    phase="depth",
+                    major_faults=window.major_faults,
+                )
+            )
             depth += len(window.durations)
         return _steady_rate(_joined(windows)), points
 
-    def _generate(self, model: LoadedModel, context: Context, n: int, phase: str, emit_text: bool,
-                  limit: int | None = None, one_window: bool = False, until_steady: bool = False) -> list[_Window]:
+    def _generate(
+        self,
+        model: LoadedModel,
+        context: Context,
+        n: int,
+        phase: str,
+        emit_text: bool,
+        limit: int | None = None,
+        one_window: bool = False,
+        until_steady: bool = False,
+    ) -> list[_Window]:
         """Greedy decode of ``n`` tokens, one ``llama_decode`` each, in windows of at most ``limit``
         tokens (window_closes); fewer tokens once the first window closes (``one_window``) or once
         the windows are steady (``until_steady``). Returns each window's per-token wall seconds and
@@ -381,8 +473,16 @@ class Run:
                 faults = None if faults_now is None or faults_before is None else faults_now - faults_before
                 faults_before = faults_now
                 windows.append(_Window(window, rate, faults))
-                decoded = DecodeWindow(time.time(), self.run_id, phase, start_depth + i + 1 - len(window),
-                                       len(window), rate, spread, faults)
+                decoded = DecodeWindow(
+                    time.time(),
+                    self.run_id,
+                    phase,
+                    start_depth + i + 1 - len(window),
+                    len(window),
+                    rate,
+                    spread,
+                    faults,
+                )
                 self.tracker.watch.decoded(decoded)
                 self.publish(decoded)
                 if text:
@@ -402,8 +502,15 @@ class Run:
         if self.cancel.is_set():
             raise Cancelled("cancelled")
 
-    def _progress(self, phase: str, depth: int, *, force: bool = False, prefill_tok_s: float | None = None,
-                  eta_s: float | None = None) -> None:
+    def _progress(
+        self,
+        phase: str,
+        depth: int,
+        *,
+        force: bool = False,
+        prefill_tok_s: float | None = None,
+        eta_s: float | None = None,
+    ) -> None:
         self.tracker.depth = depth
         now = time.monotonic()
         if not force and now - self._last_progress < self.options.progress_interval:
@@ -433,28 +540,61 @@ class Run:
         sample = self.sampler.sample()
         have = sample.ram.available_bytes + (sample.swap.total_bytes - sample.swap.used_bytes)
         if need > have:
-            raise DoesNotFit(f"a context of {n_ctx:,} tokens does not fit: its KV cache alone needs about "
-                             f"{fmt_bytes(per_token * n_ctx)} in RAM (textbook) and {fmt_bytes(have)} is free "
-                             "with swap — try a smaller depth or -ctk q8_0 -ctv q8_0", n_ctx=n_ctx)
+            raise DoesNotFit(
+                f"a context of {n_ctx:,} tokens does not fit: its KV cache alone needs about "
+                f"{fmt_bytes(per_token * n_ctx)} in RAM (textbook) and {fmt_bytes(have)} is free "
+                "with swap — try a smaller depth or -ctk q8_0 -ctv q8_0",
+                n_ctx=n_ctx,
+            )
 
-    def _result(self, info: ModelInfo, n_ctx: int, created, baseline_tok_s, depth_tok_s, prefill_tok_s,
-                started_from: int, points, verdict, elapsed: float, cliff: CliffVerdict) -> RunResult:
+    def _result(
+        self,
+        info: ModelInfo,
+        n_ctx: int,
+        created,
+        baseline_tok_s,
+        depth_tok_s,
+        prefill_tok_s,
+        started_from: int,
+        points,
+        verdict,
+        elapsed: float,
+        cliff: CliffVerdict,
+    ) -> RunResult:
         t = self.tracker
         base = t.baseline
         sizes = by_kind(self.buffers)
         return RunResult(
-            run_id=self.run_id, settings=self.settings, model_name=info.name, n_ctx=n_ctx,
-            depth=self.settings.depth, n_gen=self.settings.n_gen, kv_device=kv_device(self.buffers),
-            kv_buffers=sizes["kv"], model_buffers=sizes["model"], compute_buffers=sizes["compute"],
-            baseline_tok_s=baseline_tok_s, depth_tok_s=depth_tok_s, prefill_tok_s=prefill_tok_s,
-            prefilled_tokens=self.settings.depth - started_from, decode_points=tuple(points), verdict=verdict,
-            ram_baseline_bytes=base.ram.used_bytes, ram_peak_bytes=t.ram_peak,
-            swap_baseline_bytes=base.swap.used_bytes, swap_peak_bytes=t.swap_peak,
+            run_id=self.run_id,
+            settings=self.settings,
+            model_name=info.name,
+            n_ctx=n_ctx,
+            depth=self.settings.depth,
+            n_gen=self.settings.n_gen,
+            kv_device=kv_device(self.buffers),
+            kv_buffers=sizes["kv"],
+            model_buffers=sizes["model"],
+            compute_buffers=sizes["compute"],
+            baseline_tok_s=baseline_tok_s,
+            depth_tok_s=depth_tok_s,
+            prefill_tok_s=prefill_tok_s,
+            prefilled_tokens=self.settings.depth - started_from,
+            decode_points=tuple(points),
+            verdict=verdict,
+            ram_baseline_bytes=base.ram.used_bytes,
+            ram_peak_bytes=t.ram_peak,
+            swap_baseline_bytes=base.swap.used_bytes,
+            swap_peak_bytes=t.swap_peak,
             rss_created_bytes=created.process.total_rss_bytes if created.process else None,
             rss_baseline_bytes=base.process.total_rss_bytes if base.process else None,
-            rss_peak_bytes=t.rss_peak, rss_noise_bytes=t.rss_noise(),
-            gpus=t.gpu_deltas(), gpus_reason=base.gpus_reason, elapsed_s=elapsed, started_from_depth=started_from,
-            cliff=cliff, fill=self.fill,
+            rss_peak_bytes=t.rss_peak,
+            rss_noise_bytes=t.rss_noise(),
+            gpus=t.gpu_deltas(),
+            gpus_reason=base.gpus_reason,
+            elapsed_s=elapsed,
+            started_from_depth=started_from,
+            cliff=cliff,
+            fill=self.fill,
         )
 
 

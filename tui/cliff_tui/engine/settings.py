@@ -26,8 +26,10 @@ def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
         raise BadInput("--depth must be ≥ 1 and --n-gen ≥ 2")
     if settings.cache_type_v in QUANTISED:
         if settings.flash_attn == "off":
-            raise BadInput(f"a quantised V cache (-ctv {settings.cache_type_v}) needs flash attention: "
-                           "use -fa on (or leave -fa auto)")
+            raise BadInput(
+                f"a quantised V cache (-ctv {settings.cache_type_v}) needs flash attention: "
+                "use -fa on (or leave -fa auto)"
+            )
         if settings.flash_attn == "auto":
             settings = dataclasses.replace(settings, flash_attn="on")
             notes.append(f"flash attention turned on: a quantised V cache (-ctv {settings.cache_type_v}) needs it")
@@ -37,8 +39,10 @@ def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:
         notes += [held] if held else []
     need = settings.depth + settings.n_gen
     if settings.n_ctx is not None and settings.n_ctx < need:
-        raise BadInput(f"-c {settings.n_ctx:,} is smaller than the depth {settings.depth:,} + --n-gen "
-                       f"{settings.n_gen:,} = {need:,}: raise -c, or leave it out to size each context")
+        raise BadInput(
+            f"-c {settings.n_ctx:,} is smaller than the depth {settings.depth:,} + --n-gen "
+            f"{settings.n_gen:,} = {need:,}: raise -c, or leave it out to size each context"
+        )
     return settings, notes
 
 
@@ -72,8 +76,10 @@ class CpuShare:
         threads = max(1, min(self.whole, cores))
         if self.quota is None or threads >= cores:
             return threads, None
-        return threads, (f"{threads:,} thread{'s' if threads > 1 else ''}, not {cores:,}: cgroup {self.quota.path} "
-                         f"allows {self.quota.words} of time (pass -t to choose)")
+        return threads, (
+            f"{threads:,} thread{'s' if threads > 1 else ''}, not {cores:,}: cgroup {self.quota.path} "
+            f"allows {self.quota.words} of time (pass -t to choose)"
+        )
 
     def too_many(self, threads: int) -> str | None:
         """Why ``threads`` of llama.cpp's would slow every token here; None where they would not."""
@@ -81,11 +87,15 @@ class CpuShare:
             return None
         at_most = f"use at most {self.usable:,}"
         if self.usable < self.affinity and self.quota is not None:
-            return (f"{threads:,} threads where cgroup {self.quota.path} allows {self.quota.words} of time would be "
-                    f"throttled and slow every token: {at_most}")
+            return (
+                f"{threads:,} threads where cgroup {self.quota.path} allows {self.quota.words} of time would be "
+                f"throttled and slow every token: {at_most}"
+            )
         cpus = f"{self.affinity:,} CPU{'s' if self.affinity > 1 else ''}"
-        return (f"{threads:,} threads on {cpus} (what this process may use) would wait for each other "
-                f"and slow every token: {at_most}")
+        return (
+            f"{threads:,} threads on {cpus} (what this process may use) would wait for each other "
+            f"and slow every token: {at_most}"
+        )
 
 
 def cpu_share() -> CpuShare:

@@ -42,8 +42,10 @@ class Prompt:
         if self.document is None or len(self.tokens) <= self.document_tokens:
             return None
         times = len(self.tokens) / self.document_tokens
-        return (f"{Path(self.document).name}: {self.document_tokens:,} tokens, repeated ×{times:.2f} "
-                f"to reach {len(self.tokens):,}")
+        return (
+            f"{Path(self.document).name}: {self.document_tokens:,} tokens, repeated ×{times:.2f} "
+            f"to reach {len(self.tokens):,}"
+        )
 
 
 def prompt_tokens(model, depth: int, prompt_file: str | None = None) -> Prompt:
@@ -64,8 +66,7 @@ def check_rereadable(path: str) -> None:
     pipe would be empty by the second, or wait for a writer for ever."""
     check_readable(path, "prompt file")
     if not Path(path).is_file():
-        raise BadInput(f"{path} is a pipe: triangulate reads the prompt file once per depth, so pass a "
-                       "regular file")
+        raise BadInput(f"{path} is a pipe: triangulate reads the prompt file once per depth, so pass a regular file")
 
 
 def read_prompt_file(path: str, depth: int) -> str:

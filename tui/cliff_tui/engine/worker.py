@@ -14,8 +14,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from cliff_tui.events import RunFailed, RunSettings
 
@@ -73,8 +74,8 @@ def _child_main(target: Callable, *args: Any) -> None:
 
 
 def _run_point_main(settings: RunSettings, options: Any, conn: Any) -> None:
-    from cliff_tui.errors import CliffError
     from cliff_tui.engine.runner import Run
+    from cliff_tui.errors import CliffError
 
     try:
         Run(settings, conn.send, options=options).execute()
@@ -86,11 +87,11 @@ def _run_point_main(settings: RunSettings, options: Any, conn: Any) -> None:
 
 def _calibrate_main(settings: RunSettings, tokens: int, chunk: int, conn: Any) -> None:
     from cliff_tui.analysis.speed import fit_line
-    from cliff_tui.errors import CliffError
     from cliff_tui.engine.llama import Context, LoadedModel
     from cliff_tui.engine.runner import context_size
     from cliff_tui.engine.settings import resolve_settings
     from cliff_tui.engine.tokens import prompt_tokens
+    from cliff_tui.errors import CliffError
 
     try:
         settings, _ = resolve_settings(settings)
@@ -105,7 +106,7 @@ def _calibrate_main(settings: RunSettings, tokens: int, chunk: int, conn: Any) -
         mids, per_token = [], []
         for start in range(16, tokens, chunk):
             t = time.perf_counter()
-            context.decode(ids[start:start + chunk])
+            context.decode(ids[start : start + chunk])
             context.synchronize()
             mids.append(start + chunk / 2)
             per_token.append((time.perf_counter() - t) / chunk)
@@ -126,12 +127,12 @@ def _calibrate_main(settings: RunSettings, tokens: int, chunk: int, conn: Any) -
 def _calibrate_deep_main(settings: RunSettings, profile: PrefillProfile, depth: int, chunk: int, conn: Any) -> None:
     """Fill a context to ``depth`` (engine.fill), then time one prefill call of ``chunk`` tokens
     and a few decode steps there: the shallow calibration's depth terms refitted."""
-    from cliff_tui.errors import CliffError
     from cliff_tui.engine.fill import FillUnavailable, KvFiller, learn_tokens, unfillable_reason
     from cliff_tui.engine.gguf_meta import read_model_info
     from cliff_tui.engine.llama import Context, LoadedModel
     from cliff_tui.engine.settings import resolve_settings
     from cliff_tui.engine.tokens import prompt_tokens
+    from cliff_tui.errors import CliffError
 
     try:
         settings, _ = resolve_settings(settings)
@@ -142,10 +143,10 @@ def _calibrate_deep_main(settings: RunSettings, profile: PrefillProfile, depth: 
             return
         context = Context(model, depth + chunk + 16, settings)
         ids = prompt_tokens(model, depth, settings.prompt_file).tokens
-        with KvFiller(context, ids[:learn_tokens(model)]) as filler:
-            filler.fill(ids[:depth - chunk])
+        with KvFiller(context, ids[: learn_tokens(model)]) as filler:
+            filler.fill(ids[: depth - chunk])
         t = time.perf_counter()
-        context.decode(ids[depth - chunk:depth])
+        context.decode(ids[depth - chunk : depth])
         context.synchronize()
         prefill_s = (time.perf_counter() - t) / chunk
         decode_s = _decode_seconds(context, 5)
@@ -184,8 +185,13 @@ def _ensure_resource_tracker() -> None:
             sys.stderr = captured
 
 
-def run_in_worker(target: Callable, args: tuple, on_message: Callable[[Any], None], cancel: threading.Event,
-                  on_pid: Callable[[int | None], None] | None = None) -> int | None:
+def run_in_worker(
+    target: Callable,
+    args: tuple,
+    on_message: Callable[[Any], None],
+    cancel: threading.Event,
+    on_pid: Callable[[int | None], None] | None = None,
+) -> int | None:
     """Start ``target(*args, conn)`` in a fresh process, hand every message it sends to
     ``on_message``, stop it when ``cancel`` is set. Returns its exit code (None if cancelled)."""
     _ensure_resource_tracker()
@@ -223,13 +229,24 @@ def run_in_worker(target: Callable, args: tuple, on_message: Callable[[Any], Non
             on_pid(None)
 
 
-def run_point(settings: RunSettings, options: Any, publish: Callable[[Any], None], cancel: threading.Event,
-              on_pid: Callable[[int | None], None] | None = None) -> int | None:
+def run_point(
+    settings: RunSettings,
+    options: Any,
+    publish: Callable[[Any], None],
+    cancel: threading.Event,
+    on_pid: Callable[[int | None], None] | None = None,
+) -> int | None:
     return run_in_worker(_run_point_main, (settings, options), publish, cancel, on_pid)
 
 
-def calibrate_deep(settings: RunSettings, profile: PrefillProfile, depth: int, cancel: threading.Event,
-                   chunk: int | None = None, on_pid: Callable[[int | None], None] | None = None) -> PrefillProfile:
+def calibrate_deep(
+    settings: RunSettings,
+    profile: PrefillProfile,
+    depth: int,
+    cancel: threading.Event,
+    chunk: int | None = None,
+    on_pid: Callable[[int | None], None] | None = None,
+) -> PrefillProfile:
     """``profile`` with its depth terms measured at ``depth`` on a filled cache (it stands where
     the model cannot be filled or the worker fails). ``chunk``: the prefill call timed there, as
     long as the one a point makes (a 64-token call ran 1.5× slower a token than 512 at 16k);
@@ -240,8 +257,13 @@ def calibrate_deep(settings: RunSettings, profile: PrefillProfile, depth: int, c
     return found[0] if found and isinstance(found[0], PrefillProfile) else profile
 
 
-def calibrate(settings: RunSettings, cancel: threading.Event, tokens: int = 2048, chunk: int = 256,
-              on_pid: Callable[[int | None], None] | None = None) -> PrefillProfile | RunFailed | None:
+def calibrate(
+    settings: RunSettings,
+    cancel: threading.Event,
+    tokens: int = 2048,
+    chunk: int = 256,
+    on_pid: Callable[[int | None], None] | None = None,
+) -> PrefillProfile | RunFailed | None:
     found: list[Any] = []
     run_in_worker(_calibrate_main, (settings, tokens, chunk), found.append, cancel, on_pid)
     return found[0] if found else None

@@ -17,7 +17,7 @@ is (each cgroup's periods are a counter of their own).
 from __future__ import annotations
 
 import urllib.parse
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -35,6 +35,7 @@ from cliff_tui.session import Session
 SIGN_LEVELS = {"na": 0, "ok": 0, "info": 1, "amber": 2, "red": 3}
 SIGN_NAMES = {1: "spill", 2: "ram", 3: "speed"}
 
+
 def verdict_level(pipeline: Pipeline) -> int:
     """The one cliff verdict (the screen's and the run record's): ok 0, info 1, amber 2, red 3."""
     return SIGN_LEVELS.get(pipeline.cliff_verdict().level, 0)
@@ -47,10 +48,16 @@ class CliffCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self.session.reading() as pipeline:
-            families = [*_memory(pipeline.latest), *_cpu_quota(pipeline.latest), *_spill(pipeline),
-                        *_gpus(pipeline.latest),
-                        *_signs(pipeline), *_decode(pipeline), *_process(pipeline.latest),
-                        *_servers(pipeline)]
+            families = [
+                *_memory(pipeline.latest),
+                *_cpu_quota(pipeline.latest),
+                *_spill(pipeline),
+                *_gpus(pipeline.latest),
+                *_signs(pipeline),
+                *_decode(pipeline),
+                *_process(pipeline.latest),
+                *_servers(pipeline),
+            ]
         yield from families
         yield from _plans(self.plans)
         yield _info()
@@ -69,12 +76,19 @@ def _gpu_labels(g: GpuReading) -> list[str]:
 
 def _memory(s: Sample | None) -> list[Metric]:
     labels = ("tier", "gpu", "uuid")
-    used = _gauge("cliff_memory_used_bytes", "Memory in use on each tier (RAM: total minus available, "
-                  "or the cgroup's usage where a cgroup limit applies)", labels)
-    capacity = _gauge("cliff_memory_capacity_bytes", "Size of each tier (RAM: the cgroup memory limit "
-                      "where one applies)", labels)
-    cgroup = _gauge("cliff_ram_cgroup_limit_bytes", "The memory limit of the followed process's cgroup "
-                    "(--pid; else the exporter's own), where one is below the host's RAM")
+    used = _gauge(
+        "cliff_memory_used_bytes",
+        "Memory in use on each tier (RAM: total minus available, or the cgroup's usage where a cgroup limit applies)",
+        labels,
+    )
+    capacity = _gauge(
+        "cliff_memory_capacity_bytes", "Size of each tier (RAM: the cgroup memory limit where one applies)", labels
+    )
+    cgroup = _gauge(
+        "cliff_ram_cgroup_limit_bytes",
+        "The memory limit of the followed process's cgroup "
+        "(--pid; else the exporter's own), where one is below the host's RAM",
+    )
     if s is not None:
         for g in s.gpus:
             _add(used, ["vram", *_gpu_labels(g)], g.vram_used_bytes)
@@ -95,13 +109,20 @@ def _memory(s: Sample | None) -> list[Metric]:
 def _cpu_quota(s: Sample | None) -> list[Metric]:
     where = "of the followed process's cgroup (--pid; else the exporter's own)"
     labels = ["cgroup"]
-    cpus = _gauge("cliff_cpu_quota_cpus", f"The CPU quota {where} in CPUs (Docker --cpus, a Kubernetes CPU "
-                  "limit), where one is set", labels)
-    periods = CounterMetricFamily("cliff_cpu_quota_periods", f"Enforcement periods {where} (cpu.stat nr_periods)",
-                                  labels=labels)
-    throttled = CounterMetricFamily("cliff_cpu_quota_throttled_periods", f"Periods {where} that ran out of quota "
-                                    "and were throttled (cpu.stat nr_throttled): a run stalls to each one's end",
-                                    labels=labels)
+    cpus = _gauge(
+        "cliff_cpu_quota_cpus",
+        f"The CPU quota {where} in CPUs (Docker --cpus, a Kubernetes CPU limit), where one is set",
+        labels,
+    )
+    periods = CounterMetricFamily(
+        "cliff_cpu_quota_periods", f"Enforcement periods {where} (cpu.stat nr_periods)", labels=labels
+    )
+    throttled = CounterMetricFamily(
+        "cliff_cpu_quota_throttled_periods",
+        f"Periods {where} that ran out of quota "
+        "and were throttled (cpu.stat nr_throttled): a run stalls to each one's end",
+        labels=labels,
+    )
     quota = s.cpu_quota if s is not None else None
     if quota is not None:
         cpus.add_metric([quota.path], quota.cpus)
@@ -111,10 +132,14 @@ def _cpu_quota(s: Sample | None) -> list[Metric]:
 
 
 def _spill(p: Pipeline) -> list[Metric]:
-    shared = _gauge("cliff_shared_vram_above_baseline_bytes", "Shared VRAM (GPU memory the driver moved "
-                    "into system RAM) above its baseline: sign 1's measure", ("gpu", "uuid"))
-    swap = _gauge("cliff_swap_above_baseline_bytes", "Swap in use above its baseline: sign 1's measure on a "
-                  "machine with no GPU")
+    shared = _gauge(
+        "cliff_shared_vram_above_baseline_bytes",
+        "Shared VRAM (GPU memory the driver moved into system RAM) above its baseline: sign 1's measure",
+        ("gpu", "uuid"),
+    )
+    swap = _gauge(
+        "cliff_swap_above_baseline_bytes", "Swap in use above its baseline: sign 1's measure on a machine with no GPU"
+    )
     gpus = {g.index: g for g in p.latest.gpus} if p.latest is not None else {}
     for index, delta in p.shared_above_baseline().items():
         shared.add_metric([str(index), gpus[index].uuid or ""], delta)
@@ -126,8 +151,11 @@ def _gpus(s: Sample | None) -> list[Metric]:
     labels = ("gpu", "uuid")
     rx = _gauge("cliff_pcie_rx_bytes_per_second", "PCIe receive throughput (NVML, a 20 ms window)", labels)
     tx = _gauge("cliff_pcie_tx_bytes_per_second", "PCIe transmit throughput (NVML, a 20 ms window)", labels)
-    clock = _gauge("cliff_gpu_clock_event", "1 while NVML reports this clock event reason (clocks held "
-                   "down: power cap, thermal, …)", (*labels, "reason"))
+    clock = _gauge(
+        "cliff_gpu_clock_event",
+        "1 while NVML reports this clock event reason (clocks held down: power cap, thermal, …)",
+        (*labels, "reason"),
+    )
     info = InfoMetricFamily("cliff_gpu", "Each GPU's name and vendor", labels=["gpu", "uuid"])
     for g in s.gpus if s is not None else ():
         _add(rx, _gpu_labels(g), g.pcie_rx_bytes_s)
@@ -143,10 +171,16 @@ def _gpus(s: Sample | None) -> list[Metric]:
 
 
 def _signs(p: Pipeline) -> list[Metric]:
-    level = _gauge("cliff_sign_level", "Each sign of the cliff: 0 fine (or not applicable), 1 information, "
-                   "2 warning, 3 cliff", ("sign", "name"))
-    applicable = _gauge("cliff_sign_applicable", "1 where the sign can be read on this host (0: no shared "
-                        "VRAM reported, no token source, …)", ("sign", "name"))
+    level = _gauge(
+        "cliff_sign_level",
+        "Each sign of the cliff: 0 fine (or not applicable), 1 information, 2 warning, 3 cliff",
+        ("sign", "name"),
+    )
+    applicable = _gauge(
+        "cliff_sign_applicable",
+        "1 where the sign can be read on this host (0: no shared VRAM reported, no token source, …)",
+        ("sign", "name"),
+    )
     for number, state in sorted(p.signs.items()):
         labels = [str(number), SIGN_NAMES.get(number, str(number))]
         level.add_metric(labels, SIGN_LEVELS.get(state.level, 0))
@@ -159,10 +193,15 @@ def _signs(p: Pipeline) -> list[Metric]:
 def _decode(p: Pipeline) -> list[Metric]:
     w = p.last_window
     source = [] if w is None else ["attach" if w.run_id == ATTACH_RUN_ID else "run"]
-    rate = _gauge("cliff_decode_tokens_per_second", "Decode speed of the newest window (a run here, or an "
-                  "attached server)", ("source",))
-    expected = _gauge("cliff_decode_expected_tokens_per_second", "The decode speed the depth trend expects "
-                      "at the newest depth (sign 3 compares against it)")
+    rate = _gauge(
+        "cliff_decode_tokens_per_second",
+        "Decode speed of the newest window (a run here, or an attached server)",
+        ("source",),
+    )
+    expected = _gauge(
+        "cliff_decode_expected_tokens_per_second",
+        "The decode speed the depth trend expects at the newest depth (sign 3 compares against it)",
+    )
     tokens = _gauge("cliff_decode_window_tokens", "Tokens in the newest decode window")
     seconds = _gauge("cliff_decode_window_seconds", "Length of the newest decode window")
     depth = _gauge("cliff_decode_depth_tokens", "KV cells in use at the newest decode window")
@@ -180,8 +219,11 @@ def _decode(p: Pipeline) -> list[Metric]:
 
 
 def _process(s: Sample | None) -> list[Metric]:
-    rss = _gauge("cliff_process_resident_bytes", "Resident memory of the followed process (--pid) and its "
-                 "children", ("pid", "process"))
+    rss = _gauge(
+        "cliff_process_resident_bytes",
+        "Resident memory of the followed process (--pid) and its children",
+        ("pid", "process"),
+    )
     proc = s.process if s is not None else None
     if proc is not None:
         _add(rss, [str(proc.pid), proc.name or ""], proc.total_rss_bytes)
@@ -192,17 +234,25 @@ def _process(s: Sample | None) -> list[Metric]:
 
 
 def _servers(p: Pipeline) -> list[Metric]:
-    up = _gauge("cliff_up", "1 while the attached server answers as the server it should be, 0 when "
-                "unreachable or not it", ("server", "kind"))
-    decode = _gauge("cliff_server_decode_tokens_per_second", "The server's decode speed over the requests "
-                    "that finished between two readings (its /metrics counters)", ("server",))
-    prompt = _gauge("cliff_server_prompt_tokens_per_second", "The server's prompt processing speed, from "
-                    "its counters", ("server",))
+    up = _gauge(
+        "cliff_up",
+        "1 while the attached server answers as the server it should be, 0 when unreachable or not it",
+        ("server", "kind"),
+    )
+    decode = _gauge(
+        "cliff_server_decode_tokens_per_second",
+        "The server's decode speed over the requests that finished between two readings (its /metrics counters)",
+        ("server",),
+    )
+    prompt = _gauge(
+        "cliff_server_prompt_tokens_per_second", "The server's prompt processing speed, from its counters", ("server",)
+    )
     running = _gauge("cliff_server_requests_processing", "Requests the server is processing", ("server",))
     n_ctx = _gauge("cliff_server_slot_context_tokens", "Context size of each slot (n_ctx)", ("server", "slot"))
     used = _gauge("cliff_server_slot_used_tokens", "Tokens held in each slot's KV cache", ("server", "slot"))
-    model = _gauge("cliff_server_model_bytes", "Where the models an Ollama server has loaded live",
-                   ("server", "model", "tier"))
+    model = _gauge(
+        "cliff_server_model_bytes", "Where the models an Ollama server has loaded live", ("server", "model", "tier")
+    )
     for key, reading in p.sessions.items():
         server = _server_label(reading.url)
         up.add_metric([server, reading.source], float(healthy(reading)))
@@ -244,21 +294,33 @@ def _server_label(url: str) -> str:
 
 
 def _plans(plans: Sequence[CapacityPlan]) -> list[Metric]:
-    kv = _gauge("cliff_kv_bytes_per_token", "Memory per token of context, measured by a triangulation "
-                "(allocated: llama.cpp's buffers; touched: resident pages) or from the model's shape "
-                "(theory)", ("model", "kv_type", "basis"))
+    kv = _gauge(
+        "cliff_kv_bytes_per_token",
+        "Memory per token of context, measured by a triangulation "
+        "(allocated: llama.cpp's buffers; touched: resident pages) or from the model's shape "
+        "(theory)",
+        ("model", "kv_type", "basis"),
+    )
     where = ("model", "kv_type", "tier", "gpu")
     target = _gauge("cliff_projection_target_tokens", "The context the projection is for", where)
     projected = _gauge("cliff_projection_bytes", "Memory the projection expects at the target context", where)
-    capacity = _gauge("cliff_projection_capacity_bytes", "Size of the tier the KV cache lives on, as the "
-                      "triangulation saw it", where)
+    capacity = _gauge(
+        "cliff_projection_capacity_bytes", "Size of the tier the KV cache lives on, as the triangulation saw it", where
+    )
     reserve = _gauge("cliff_projection_reserve_bytes", "Memory kept free on that tier", where)
     fits = _gauge("cliff_projection_fits", "1 if the target context fits the tier minus the reserve", where)
-    largest = _gauge("cliff_max_context_tokens", "The largest context before the cliff (tier minus reserve, "
-                     "a memory wall or a failed allocation, whichever is lowest)", where)
+    largest = _gauge(
+        "cliff_max_context_tokens",
+        "The largest context before the cliff (tier minus reserve, "
+        "a memory wall or a failed allocation, whichever is lowest)",
+        where,
+    )
     for plan in plans:
-        for basis, value in (("allocated", plan.allocated_bytes_per_token),
-                             ("touched", plan.touched_bytes_per_token), ("theory", plan.theory_bytes_per_token)):
+        for basis, value in (
+            ("allocated", plan.allocated_bytes_per_token),
+            ("touched", plan.touched_bytes_per_token),
+            ("theory", plan.theory_bytes_per_token),
+        ):
             _add(kv, [plan.model, plan.kv_type, basis], value)
         labels = [plan.model, plan.kv_type, plan.tier, plan.gpu]
         _add(target, labels, plan.target_tokens)

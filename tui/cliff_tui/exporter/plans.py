@@ -50,8 +50,10 @@ def read_plans(path: str | Path) -> list[CapacityPlan]:
     p = Path(path)
     records = _records(read_bytes(p, "triangulation file"), p.name)
     if not records:
-        raise BadInput(f"{p.name} holds no triangulation: run `cliff-tui triangulate --headless -o json` "
-                       "(or --record FILE) and pass what it wrote")
+        raise BadInput(
+            f"{p.name} holds no triangulation: run `cliff-tui triangulate --headless -o json` "
+            "(or --record FILE) and pass what it wrote"
+        )
     return [_plan(record, p.name) for record in records]
 
 
@@ -77,8 +79,11 @@ def _from_recording(data: bytes, name: str) -> list[dict[str, Any]]:
     for event in recording.events:
         pipeline.feed(event, signs=False)
     groups = pipeline.run_groups()
-    return [triangulation_record(tri, groups[key].results, groups[key].failures, groups[key].model)
-            for key, tri in pipeline.triangulations().items() if groups[key].results]
+    return [
+        triangulation_record(tri, groups[key].results, groups[key].failures, groups[key].model)
+        for key, tri in pipeline.triangulations().items()
+        if groups[key].results
+    ]
 
 
 def _from_json_lines(text: str, name: str) -> list[dict[str, Any]]:
@@ -89,8 +94,9 @@ def _from_json_lines(text: str, name: str) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except (ValueError, RecursionError):
-            raise BadInput(f"{name} line {number} is not JSON: not a triangulation's JSON, JSON lines or "
-                           "recording") from None
+            raise BadInput(
+                f"{name} line {number} is not JSON: not a triangulation's JSON, JSON lines or recording"
+            ) from None
         if isinstance(record, dict) and record.get("type") == "triangulation":
             records.append(record)
     return records
@@ -104,11 +110,13 @@ def _plan(record: Any, name: str) -> CapacityPlan:
     tier_text = str(projection.get("tier") or "")
     gpu = _GPU_TIER.search(tier_text)
     return CapacityPlan(
-        model=_model_file(record), kv_type=str(record.get("cache_types") or "?"),
+        model=_model_file(record),
+        kv_type=str(record.get("cache_types") or "?"),
         allocated_bytes_per_token=_number(slopes.get("allocated"), "slope_bytes_per_token.allocated", name),
         touched_bytes_per_token=_number(slopes.get("touched"), "slope_bytes_per_token.touched", name),
         theory_bytes_per_token=_number(record.get("theory_bytes_per_token"), "theory_bytes_per_token", name),
-        tier="vram" if gpu else "ram", gpu=gpu.group(1) if gpu else "",
+        tier="vram" if gpu else "ram",
+        gpu=gpu.group(1) if gpu else "",
         target_tokens=_integer(projection.get("target"), "projection.target", name),
         projected_bytes=_number(projection.get("projected_bytes"), "projection.projected_bytes", name),
         capacity_bytes=_number(projection.get("capacity_bytes"), "projection.capacity_bytes", name),

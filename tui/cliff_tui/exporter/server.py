@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
@@ -62,6 +63,6 @@ class Exporter:
             self.session.run_job()
         except CliffError as exc:
             print(f"cliff-tui exporter: {exc}", file=stderr, flush=True)
-        except Exception as exc:  # noqa: BLE001 - a bug must not stop the sampling: it is shown
+        except Exception as exc:
             self.session.report_crash(exc)
             print(f"cliff-tui exporter: internal error in the job: {type(exc).__name__}: {exc}", file=stderr)

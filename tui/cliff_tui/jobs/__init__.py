@@ -8,7 +8,8 @@ session runs it: the TUI in a thread worker, headless on its main thread.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Literal, Protocol
+from collections.abc import Callable
+from typing import Literal, Protocol
 
 Publish = Callable[[object], None]
 OnWorker = Callable[[int | None], None]

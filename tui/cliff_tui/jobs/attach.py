@@ -12,14 +12,21 @@ import dataclasses
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from cliff_tui.analysis.server_rates import CounterMove, SessionRateMeter
 from cliff_tui.codec import to_plain
 from cliff_tui.errors import BadInput
 from cliff_tui.events import (
-    ATTACH_RUN_ID, UNKNOWN_MODEL, DecodeWindow, MeasuredCapacity, Notice, SessionReading, SlotReading,
+    ATTACH_RUN_ID,
+    UNKNOWN_MODEL,
+    DecodeWindow,
+    MeasuredCapacity,
+    Notice,
+    SessionReading,
+    SlotReading,
 )
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.probes.endpoints.discovery import DEFAULT_URLS, READERS, describe_discovery, discover, is_found
@@ -102,8 +109,9 @@ class Poller:
     A *quiet* poller (looking on a default port) publishes nothing until its server first answers.
     """
 
-    def __init__(self, endpoint: Endpoint, interval: float, *, quiet: bool = False,
-                 ceiling: float = MAX_BACKOFF_S) -> None:
+    def __init__(
+        self, endpoint: Endpoint, interval: float, *, quiet: bool = False, ceiling: float = MAX_BACKOFF_S
+    ) -> None:
         self.endpoint = endpoint
         self.interval = interval
         self.ceiling = ceiling
@@ -150,8 +158,13 @@ class Poller:
 class AttachJob:
     follows_own_process = False
 
-    def __init__(self, endpoints: Sequence[Endpoint], interval: float = 0.5, timeout: float = 2.0,
-                 measured: MeasuredCapacity | None = None) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[Endpoint],
+        interval: float = 0.5,
+        timeout: float = 2.0,
+        measured: MeasuredCapacity | None = None,
+    ) -> None:
         """No endpoints: look for both servers on their default loopback ports. ``measured``: the
         capacity a triangulation measured for the served model, which its slots are held against."""
         self.measured = measured
@@ -162,19 +175,33 @@ class AttachJob:
         self.title = _title(self.endpoints) if not self.discover_defaults else _searching_title()
 
     @classmethod
-    def from_args(cls, llama_server_url: str | None, ollama_url: str | None, interval: float = 0.5,
-                  timeout: float = 2.0, measured: MeasuredCapacity | None = None) -> "AttachJob":
+    def from_args(
+        cls,
+        llama_server_url: str | None,
+        ollama_url: str | None,
+        interval: float = 0.5,
+        timeout: float = 2.0,
+        measured: MeasuredCapacity | None = None,
+    ) -> AttachJob:
         """Both URLs None: look on the default loopback ports when the job starts."""
-        endpoints = [Endpoint(source, _checked_url(flag, url)) for source, flag, url in (
-            (LLAMA_SERVER, "--llama-server", llama_server_url), (OLLAMA, "--ollama", ollama_url)) if url]
+        endpoints = [
+            Endpoint(source, _checked_url(flag, url))
+            for source, flag, url in (
+                (LLAMA_SERVER, "--llama-server", llama_server_url),
+                (OLLAMA, "--ollama", ollama_url),
+            )
+            if url
+        ]
         return cls(endpoints, interval, timeout, measured)
 
     # --- the live job -----------------------------------------------------------------------
 
     def pollers(self) -> list[Poller]:
         if self.discover_defaults:
-            return [Poller(Endpoint(s, u), self.interval, quiet=True, ceiling=SEARCH_BACKOFF_S)
-                    for s, u in DEFAULT_URLS.items()]
+            return [
+                Poller(Endpoint(s, u), self.interval, quiet=True, ceiling=SEARCH_BACKOFF_S)
+                for s, u in DEFAULT_URLS.items()
+            ]
         return [Poller(e, self.interval) for e in self.endpoints]
 
     def check(self) -> None:
@@ -194,8 +221,9 @@ class AttachJob:
             cancel.wait(max(0.0, min(p.due for p in pollers) - time.monotonic()))
         return "cancelled"
 
-    def _poll_due(self, pollers: list[Poller], publish: Publish, cancel: threading.Event, *,
-                  announce_found: bool) -> bool:
+    def _poll_due(
+        self, pollers: list[Poller], publish: Publish, cancel: threading.Event, *, announce_found: bool
+    ) -> bool:
         polled = False
         for poller in pollers:
             if cancel.is_set():
@@ -216,8 +244,9 @@ class AttachJob:
                 self._check_served_model(poller, reading, self.measured, publish)
         return polled
 
-    def _check_served_model(self, poller: Poller, reading: SessionReading, measured: MeasuredCapacity,
-                            publish: Publish) -> None:
+    def _check_served_model(
+        self, poller: Poller, reading: SessionReading, measured: MeasuredCapacity, publish: Publish
+    ) -> None:
         """Once each time the server comes back (it may have restarted with another model): the
         name of the GGUF it serves against the one the triangulation measured. A /props that does
         not answer then is not asked again until the next time."""
@@ -229,11 +258,16 @@ class AttachJob:
         poller.model_checked = True
         served = read_model_file(poller.endpoint.url, min(self.timeout, DISCOVERY_TIMEOUT_S))
         if served is not None and served.casefold() != measured.model.casefold():
-            publish(Notice(reading.t, f"llama-server serves {inert(served)}, the triangulation measured "
-                                      f"{inert(measured.model)}: unless they are the same model and quantisation, "
-                                      "the gauge holds its slots against another model's largest context "
-                                      "(triangulate the served file to hold them against its own)",
-                           level="warning"))
+            publish(
+                Notice(
+                    reading.t,
+                    f"llama-server serves {inert(served)}, the triangulation measured "
+                    f"{inert(measured.model)}: unless they are the same model and quantisation, "
+                    "the gauge holds its slots against another model's largest context "
+                    "(triangulate the served file to hold them against its own)",
+                    level="warning",
+                )
+            )
 
     def _announce_search(self, pollers: list[Poller], publish: Publish) -> bool:
         """After the first look at every default port: say what was found (True once said)."""
@@ -251,20 +285,41 @@ class AttachJob:
             return
         wait = min(p.due for p in pollers) - time.monotonic()
         message = f"{describe_discovery(_without_retry(readings))}; looking again in {max(wait, 0):.0f} s"
-        publish(SessionReading(t=time.time(), source=LLAMA_SERVER, url=DEFAULT_URLS[LLAMA_SERVER],
-                               status="unreachable", message=message))
+        publish(
+            SessionReading(
+                t=time.time(),
+                source=LLAMA_SERVER,
+                url=DEFAULT_URLS[LLAMA_SERVER],
+                status="unreachable",
+                message=message,
+            )
+        )
 
 
 def live_window(t: float, rate: LiveRate) -> DecodeWindow:
-    return DecodeWindow(t=t, run_id=ATTACH_RUN_ID, phase="depth", depth=rate.depth or 0, n_tokens=rate.n_tokens,
-                        tok_s=rate.tok_s, spread_tok_s=0.0)
+    return DecodeWindow(
+        t=t,
+        run_id=ATTACH_RUN_ID,
+        phase="depth",
+        depth=rate.depth or 0,
+        n_tokens=rate.n_tokens,
+        tok_s=rate.tok_s,
+        spread_tok_s=0.0,
+    )
 
 
 def counter_window(reading: SessionReading, moved: CounterMove) -> DecodeWindow:
     """A finished request's rate from /metrics; its depth is the most cells a slot holds now."""
     depth = max((s.tokens_used or 0 for s in reading.slots), default=0)
-    return DecodeWindow(t=reading.t, run_id=ATTACH_RUN_ID, phase="depth", depth=depth, n_tokens=moved.n_tokens,
-                        tok_s=moved.tok_s, spread_tok_s=0.0)
+    return DecodeWindow(
+        t=reading.t,
+        run_id=ATTACH_RUN_ID,
+        phase="depth",
+        depth=depth,
+        n_tokens=moved.n_tokens,
+        tok_s=moved.tok_s,
+        spread_tok_s=0.0,
+    )
 
 
 def _checked_url(flag: str, url: str) -> str:
@@ -293,8 +348,9 @@ def _without_retry(readings: dict[str, SessionReading]) -> dict[str, SessionRead
 Probe = tuple[SessionReading, SlotsRead]
 
 
-def attach_once(job: AttachJob, sampler: Any, *, sleep: Callable[[float], None] = time.sleep
-                ) -> tuple[dict[str, Any], bool]:
+def attach_once(
+    job: AttachJob, sampler: Any, *, sleep: Callable[[float], None] = time.sleep
+) -> tuple[dict[str, Any], bool]:
     """One sample and one reading per endpoint (two for llama-server, ``interval`` apart, for tok/s).
 
     ``ok`` is False when no endpoint answered as it should (the CLI exits 3); following a PID with
@@ -357,12 +413,16 @@ def _verdict(job: AttachJob, latest: dict[str, SessionReading], sample: Any) -> 
     return False, f"no server could be read ({problems})" if problems else "no server to read"
 
 
-def endpoint_record(reading: SessionReading, later: SessionReading | None = None,
-                    live: LiveRate | None = None) -> dict[str, Any]:
+def endpoint_record(
+    reading: SessionReading, later: SessionReading | None = None, live: LiveRate | None = None
+) -> dict[str, Any]:
     """A reading as ``--once --json`` reports it, with decode/prompt tok/s or the reason there are none."""
     latest = later or reading
     record: dict[str, Any] = {
-        "source": latest.source, "url": latest.url, "status": latest.status, "message": latest.message,
+        "source": latest.source,
+        "url": latest.url,
+        "status": latest.status,
+        "message": latest.message,
         "reason": None if latest.status == "ok" else latest.message or latest.status,
     }
     record.update(_rates(reading, later, live))
@@ -380,21 +440,37 @@ def _rates(reading: SessionReading, later: SessionReading | None, live: LiveRate
     if later is not None:
         rates = meter.update(later)
     latest = later or reading
-    decode = _rate_or_average(rates.decode_tok_s, rates.decode_reason, latest,
-                              latest.tokens_predicted_total, latest.tokens_predicted_seconds_total, live)
-    prompt = _rate_or_average(rates.prompt_tok_s, rates.prompt_reason, latest,
-                              latest.prompt_tokens_total, latest.prompt_seconds_total)
+    decode = _rate_or_average(
+        rates.decode_tok_s,
+        rates.decode_reason,
+        latest,
+        latest.tokens_predicted_total,
+        latest.tokens_predicted_seconds_total,
+        live,
+    )
+    prompt = _rate_or_average(
+        rates.prompt_tok_s, rates.prompt_reason, latest, latest.prompt_tokens_total, latest.prompt_seconds_total
+    )
     gap = later.t - reading.t if later is not None else None
     return {
-        "decode_tok_s": decode[0], "decode_basis": decode[1], "decode_reason": decode[2],
-        "prompt_tok_s": prompt[0], "prompt_basis": prompt[1], "prompt_reason": prompt[2],
+        "decode_tok_s": decode[0],
+        "decode_basis": decode[1],
+        "decode_reason": decode[2],
+        "prompt_tok_s": prompt[0],
+        "prompt_basis": prompt[1],
+        "prompt_reason": prompt[2],
         "readings_gap_s": round(gap, 3) if gap is not None else None,
     }
 
 
-def _rate_or_average(rate: float | None, reason: str | None, latest: SessionReading, tokens: float | None,
-                     seconds: float | None, live: LiveRate | None = None
-                     ) -> tuple[float | None, str | None, str | None]:
+def _rate_or_average(
+    rate: float | None,
+    reason: str | None,
+    latest: SessionReading,
+    tokens: float | None,
+    seconds: float | None,
+    live: LiveRate | None = None,
+) -> tuple[float | None, str | None, str | None]:
     """(tok/s, basis, reason): the server's counters between the two readings, else the running
     request's progress in /slots, else the server's lifetime average."""
     if latest.status != "ok" or latest.source != LLAMA_SERVER:
@@ -438,15 +514,25 @@ def context_in_effect(slots: Sequence[SlotReading]) -> dict[str, Any] | None:
         text = f"1 slot, up to {per_slot:,} tokens"
     elif split:
         unified, total = False, per_slot * n
-        text = (f"n_ctx {per_slot:,} per slot, {n} slots share {total:,} (split: the slots hold {held:,} "
-                f"tokens together, more than one slot's n_ctx)")
+        text = (
+            f"n_ctx {per_slot:,} per slot, {n} slots share {total:,} (split: the slots hold {held:,} "
+            f"tokens together, more than one slot's n_ctx)"
+        )
     else:
         unified, total = None, None
-        text = (f"{n} slots, each up to {per_slot:,} tokens: one pool of {per_slot:,} if the cache is unified "
-                f"(llama-server's default without -np), {n} × {per_slot:,} = {per_slot * n:,} split if -np "
-                "without --kv-unified (the server does not say which)")
-    return {"n_ctx_per_slot": per_slot, "slots": n, "n_ctx_total": total, "unified": unified,
-            "tokens_held": held, "text": text}
+        text = (
+            f"{n} slots, each up to {per_slot:,} tokens: one pool of {per_slot:,} if the cache is unified "
+            f"(llama-server's default without -np), {n} × {per_slot:,} = {per_slot * n:,} split if -np "
+            "without --kv-unified (the server does not say which)"
+        )
+    return {
+        "n_ctx_per_slot": per_slot,
+        "slots": n,
+        "n_ctx_total": total,
+        "unified": unified,
+        "tokens_held": held,
+        "text": text,
+    }
 
 
 def _slot_record(slot: Any) -> dict[str, Any]:

@@ -35,8 +35,13 @@ class RunJob:
         self.check()
         fill = choose_fill(self.fill, self.settings.depth)
         if self.fill == "auto" and fill == "synthetic":
-            publish(Notice(time.time(), f"depth {self.settings.depth:,} is past {AUTO_REAL_DEPTH:,}: the KV cache "
-                                        "is filled synthetically and only its last stretch prefilled (--fill "
-                                        "real to prefill it all)"))
+            publish(
+                Notice(
+                    time.time(),
+                    f"depth {self.settings.depth:,} is past {AUTO_REAL_DEPTH:,}: the KV cache "
+                    "is filled synthetically and only its last stretch prefilled (--fill "
+                    "real to prefill it all)",
+                )
+            )
         Run(self.settings, publish, cancel=cancel, options=RunOptions(fill=fill)).execute()
         return "done"

@@ -17,25 +17,39 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from cliff_tui.analysis.theory import kv_bytes_per_token, kv_layout
 from cliff_tui.analysis.thresholds import STEADY_WINDOWS
-from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.engine.fill import FillChoice, choose_fill, keeps_deepest, learn_count
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.runner import (
-    RunOptions, context_size, filled_load, filled_tail, largest_prefill_call, probe_depths, window_length,
+    RunOptions,
+    context_size,
+    filled_load,
+    filled_tail,
+    largest_prefill_call,
+    probe_depths,
+    window_length,
     window_ring,
 )
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.tokens import check_rereadable
 from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
-from cliff_tui.jobs import OnWorker, Outcome, Publish
+from cliff_tui.errors import BadInput, Cancelled
 from cliff_tui.events import (
-    DecodePoint, FillMode, ModelInfo, Notice, RunFailed, RunFinished, RunResult, RunSettings, Sample,
+    DecodePoint,
+    FillMode,
+    ModelInfo,
+    Notice,
+    RunFailed,
+    RunFinished,
+    RunResult,
+    RunSettings,
+    Sample,
     TriangulationPlanned,
 )
+from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.units import MiB, fmt_bytes, fmt_duration
@@ -58,8 +72,14 @@ def decode_tokens(n_gen: int, options: RunOptions, token_s: float) -> int:
     return min(n_gen, (STEADY_WINDOWS + 1) * window_length(options.window_tokens, token_s, options))
 
 
-def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, chain: bool,
-                     options: RunOptions = POINT_OPTIONS, reached: int = 0) -> float:
+def estimate_seconds(
+    profile: PrefillProfile,
+    depths: Sequence[int],
+    n_gen: int,
+    chain: bool,
+    options: RunOptions = POINT_OPTIONS,
+    reached: int = 0,
+) -> float:
     """Wall time of a triangulation from the measured cost model (both designs, for the README);
     ``reached``: the depth a chained triangulation has already prefilled to."""
     total = 0.0
@@ -72,9 +92,18 @@ def estimate_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int,
     return total
 
 
-def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_gen: int, bytes_per_cell: float,
-                            ubatch: int, options: RunOptions = POINT_OPTIONS, reached: int = 0,
-                            n_swa: int = 0, ram_room_bytes: int | None = None, model_bytes: int = 0) -> float:
+def estimate_filled_seconds(
+    profile: PrefillProfile,
+    depths: Sequence[int],
+    n_gen: int,
+    bytes_per_cell: float,
+    ubatch: int,
+    options: RunOptions = POINT_OPTIONS,
+    reached: int = 0,
+    n_swa: int = 0,
+    ram_room_bytes: int | None = None,
+    model_bytes: int = 0,
+) -> float:
     """Wall time of a filled triangulation: per point, the way to each probe depth above the
     last point's and to the depth itself as a filled run takes it (states written, loaded and
     checked with a decode; the rest prefilled), the probes, and the decode at depth.
@@ -109,8 +138,11 @@ def estimate_filled_seconds(profile: PrefillProfile, depths: Sequence[int], n_ge
 def _fill_seconds(profile: PrefillProfile, depth: int, kept: int | None, bytes_per_cell: float) -> float:
     """Reaching ``depth`` cells: loading the ``kept`` state (its writing counted once), or writing
     and loading a state of its own; then the decode that checks it."""
-    io = kept * bytes_per_cell / STATE_LOAD_BYTES_PER_S if kept else \
-        depth * bytes_per_cell * (1 / STATE_WRITE_BYTES_PER_S + 1 / STATE_LOAD_BYTES_PER_S)
+    io = (
+        kept * bytes_per_cell / STATE_LOAD_BYTES_PER_S
+        if kept
+        else depth * bytes_per_cell * (1 / STATE_WRITE_BYTES_PER_S + 1 / STATE_LOAD_BYTES_PER_S)
+    )
     return io + profile.decode_seconds(depth, 1)
 
 
@@ -124,11 +156,16 @@ def _probe_seconds(profile: PrefillProfile, depth: int, above: int, options: Run
 
 def _point_overhead(profile: PrefillProfile, depth: int, n_gen: int, options: RunOptions) -> float:
     """Load, baseline and the decode at depth: what every point costs however it reaches depth."""
-    return (profile.load_s + profile.decode_seconds(0, options.baseline_tokens)
-            + profile.decode_seconds(depth, decode_tokens(n_gen, options, profile.decode_seconds(depth, 1))))
+    return (
+        profile.load_s
+        + profile.decode_seconds(0, options.baseline_tokens)
+        + profile.decode_seconds(depth, decode_tokens(n_gen, options, profile.decode_seconds(depth, 1)))
+    )
 
 
-def fit_depths(profile: PrefillProfile, budget_s: float, n_gen: int, shape: Sequence[int] = DEFAULT_DEPTHS) -> list[int]:
+def fit_depths(
+    profile: PrefillProfile, budget_s: float, n_gen: int, shape: Sequence[int] = DEFAULT_DEPTHS
+) -> list[int]:
     """The default depths scaled down (same ratios) until the chained triangulation fits the budget."""
     ratios = [d / max(shape) for d in shape]
     lo, hi = MIN_DEEPEST, max(shape)
@@ -160,10 +197,12 @@ def plan_depths(profile: PrefillProfile, budget_s: float, n_gen: int) -> tuple[l
         return list(DEFAULT_DEPTHS), f"16k/32k/65k fit: about {fmt_duration(default_time)}", False
     depths = fit_depths(profile, budget_s, n_gen)
     chosen_time = estimate_seconds(profile, depths, n_gen, chain=True)
-    note = (f"16k/32k/65k would take about {fmt_duration(default_time)} here (prefill "
-            f"{profile.prefill_tok_s(0):.0f} tok/s at depth 0, {profile.prefill_tok_s(65_000):.0f} at 65k); "
-            f"using {', '.join(f'{d:,}' for d in depths)} (about {fmt_duration(chosen_time)}) — "
-            "--depths always wins")
+    note = (
+        f"16k/32k/65k would take about {fmt_duration(default_time)} here (prefill "
+        f"{profile.prefill_tok_s(0):.0f} tok/s at depth 0, {profile.prefill_tok_s(65_000):.0f} at 65k); "
+        f"using {', '.join(f'{d:,}' for d in depths)} (about {fmt_duration(chosen_time)}) — "
+        "--depths always wins"
+    )
     return depths, note, True
 
 
@@ -171,12 +210,16 @@ def _check_reserve(reserve: int, sample: Sample) -> None:
     """A reserve no memory tier here can hold leaves every projection at 0 tokens: said before
     anything runs. (Which tier the cache lands on is known only once it is allocated, so a reserve
     that only the larger tier holds gets through.)"""
-    rooms = {"RAM available": sample.ram_room_bytes,
-             **{f"GPU{i} VRAM": g.vram_total_bytes for i, g in enumerate(sample.gpus) if g.vram_total_bytes}}
+    rooms = {
+        "RAM available": sample.ram_room_bytes,
+        **{f"GPU{i} VRAM": g.vram_total_bytes for i, g in enumerate(sample.gpus) if g.vram_total_bytes},
+    }
     name, largest = max(rooms.items(), key=lambda item: item[1])
     if reserve >= largest:
-        raise BadInput(f"--reserve {fmt_bytes(reserve)} is more than any memory tier here holds (the largest: "
-                       f"{fmt_bytes(largest)} of {name}): pass a smaller --reserve")
+        raise BadInput(
+            f"--reserve {fmt_bytes(reserve)} is more than any memory tier here holds (the largest: "
+            f"{fmt_bytes(largest)} of {name}): pass a smaller --reserve"
+        )
 
 
 def _tiers_now() -> Sample:
@@ -191,9 +234,19 @@ def _tiers_now() -> Sample:
 class TriangulateJob:
     follows_own_process = False
 
-    def __init__(self, base: RunSettings, *, depths: Sequence[int] | None, target: int | None,
-                 reserve: int | None, kv_types: Sequence[tuple[str, str]], budget_s: float = 300,
-                 chain: bool = True, options: RunOptions | None = None, fill: FillChoice = "real") -> None:
+    def __init__(
+        self,
+        base: RunSettings,
+        *,
+        depths: Sequence[int] | None,
+        target: int | None,
+        reserve: int | None,
+        kv_types: Sequence[tuple[str, str]],
+        budget_s: float = 300,
+        chain: bool = True,
+        options: RunOptions | None = None,
+        fill: FillChoice = "real",
+    ) -> None:
         self.base = base
         self.requested_depths = sorted(set(depths)) if depths else None
         self.target = target
@@ -236,25 +289,39 @@ class TriangulateJob:
             self.fill = choose_fill("auto", max(self.depths))
         self.title = f"depths {', '.join(f'{d:,}' for d in self.depths)}"
         resolve_settings(dataclasses.replace(self.base, depth=max(self.depths)))  # with -c, every depth must fit
-        publish(TriangulationPlanned(
-            t=time.time(), depths=tuple(self.depths),
-            kv_types=tuple(dataclasses.replace(self.base, cache_type_k=k, cache_type_v=v).cache_label
-                           for k, v in self.kv_types),
-            target=self.target or model.n_ctx_train or 2 * max(self.depths), reserve_bytes=self.reserve,
-            ram_available_bytes=first.ram_room_bytes,
-            ram_tier=first.cgroup.tier if first.cgroup is not None else "RAM (swap beyond)",
-            vram_total_bytes=tuple(g.vram_total_bytes for g in first.gpus), note=note))
+        publish(
+            TriangulationPlanned(
+                t=time.time(),
+                depths=tuple(self.depths),
+                kv_types=tuple(
+                    dataclasses.replace(self.base, cache_type_k=k, cache_type_v=v).cache_label for k, v in self.kv_types
+                ),
+                target=self.target or model.n_ctx_train or 2 * max(self.depths),
+                reserve_bytes=self.reserve,
+                ram_available_bytes=first.ram_room_bytes,
+                ram_tier=first.cgroup.tier if first.cgroup is not None else "RAM (swap beyond)",
+                vram_total_bytes=tuple(g.vram_total_bytes for g in first.gpus),
+                note=note,
+            )
+        )
         self._t0 = time.monotonic()
         for index, (k, v) in enumerate(self.kv_types):
             self._triangulate_type(model, k, v, publish, cancel, on_worker, len(self.kv_types) - index - 1)
         return "done"
 
-    def _plan_depths(self, model: ModelInfo, publish: Publish, cancel: threading.Event,
-                     on_worker: OnWorker) -> tuple[list[int], str]:
-        publish(Notice(time.time(), "measuring this machine's prefill speed to choose depths that fit "
-                                    f"{fmt_duration(self.budget_s)} (pass --depths to choose)"))
-        settings = dataclasses.replace(self.base, depth=2048, n_gen=16, cache_type_k=self.kv_types[0][0],
-                                       cache_type_v=self.kv_types[0][1])
+    def _plan_depths(
+        self, model: ModelInfo, publish: Publish, cancel: threading.Event, on_worker: OnWorker
+    ) -> tuple[list[int], str]:
+        publish(
+            Notice(
+                time.time(),
+                "measuring this machine's prefill speed to choose depths that fit "
+                f"{fmt_duration(self.budget_s)} (pass --depths to choose)",
+            )
+        )
+        settings = dataclasses.replace(
+            self.base, depth=2048, n_gen=16, cache_type_k=self.kv_types[0][0], cache_type_v=self.kv_types[0][1]
+        )
         profile = calibrate(settings, cancel, on_pid=on_worker)
         if cancel.is_set():
             raise Cancelled("cancelled")
@@ -291,12 +358,30 @@ class TriangulateJob:
             per_cell = (kv_bytes_per_token(self.model, k, v) if self.model else None) or 0
             layout = kv_layout(self.model) if self.model else None
             n_swa = layout.n_swa if layout else 0
-            return estimate_filled_seconds(self.profile, depths, n_gen, per_cell, self.base.call_tokens, opt,
-                                           reached, n_swa, self._ram_room, os.path.getsize(self.base.model_path))
+            return estimate_filled_seconds(
+                self.profile,
+                depths,
+                n_gen,
+                per_cell,
+                self.base.call_tokens,
+                opt,
+                reached,
+                n_swa,
+                self._ram_room,
+                os.path.getsize(self.base.model_path),
+            )
         return estimate_seconds(self.profile, depths, n_gen, self.chain, opt, reached if self.chain else 0)
 
-    def _triangulate_type(self, model: ModelInfo, k: str, v: str, publish: Publish, cancel: threading.Event,
-                          on_worker: OnWorker, types_after: int = 0) -> None:
+    def _triangulate_type(
+        self,
+        model: ModelInfo,
+        k: str,
+        v: str,
+        publish: Publish,
+        cancel: threading.Event,
+        on_worker: OnWorker,
+        types_after: int = 0,
+    ) -> None:
         workdir = tempfile.mkdtemp(prefix="cliff-tui-")
         state_in = None
         prior: tuple[DecodePoint, ...] = ()
@@ -306,17 +391,29 @@ class TriangulateJob:
                 chain = self.chain and self.fill == "real"  # a filled point needs no earlier state
                 state_out = os.path.join(workdir, f"kv-{depth}.bin") if chain and deeper else None
                 if state_out and not _room_for_state(model, k, v, depth, workdir):
-                    publish(Notice(time.time(), f"not enough free disk in {workdir} to chain the KV state at "
-                                                f"{depth:,} tokens: the next point prefills from zero", "warning"))
+                    publish(
+                        Notice(
+                            time.time(),
+                            f"not enough free disk in {workdir} to chain the KV state at "
+                            f"{depth:,} tokens: the next point prefills from zero",
+                            "warning",
+                        )
+                    )
                     state_out = None
                 settings = dataclasses.replace(self.base, depth=depth, cache_type_k=k, cache_type_v=v)
                 # a filled point, like a chained one, probes only deeper than the points before it
                 earlier = prior if state_in or self.fill == "synthetic" else ()
                 # the filled states go in the folder removed below: a worker killed on cancel
                 # cannot remove its own
-                options = dataclasses.replace(self.options, run_id=f"{k}-{depth}", state_in=state_in,
-                                              state_out=state_out, prior_points=earlier, fill=self.fill,
-                                              fill_dir=self.options.fill_dir or workdir)
+                options = dataclasses.replace(
+                    self.options,
+                    run_id=f"{k}-{depth}",
+                    state_in=state_in,
+                    state_out=state_out,
+                    prior_points=earlier,
+                    fill=self.fill,
+                    fill_dir=self.options.fill_dir or workdir,
+                )
                 expected_s = self._estimate([depth], reached=self.depths[i - 1] if i else 0) if self.profile else None
                 finished = self._point(settings, options, publish, cancel, on_worker)
                 if state_in and os.path.exists(state_in):
@@ -325,12 +422,13 @@ class TriangulateJob:
                 if finished:
                     self.fill = finished.fill  # a point that could not be filled: the rest prefill and chain
                     prior = tuple(p for p in finished.decode_points if p.phase != "baseline")
-                    self._revise_estimate(finished, expected_s, self.depths[i + 1:], types_after, publish)
+                    self._revise_estimate(finished, expected_s, self.depths[i + 1 :], types_after, publish)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def _revise_estimate(self, result: RunResult, expected_s: float | None, remaining: Sequence[int],
-                         types_after: int, publish: Publish) -> None:
+    def _revise_estimate(
+        self, result: RunResult, expected_s: float | None, remaining: Sequence[int], types_after: int, publish: Publish
+    ) -> None:
         """Refit the cost model to the prefill and decode just measured; where the whole
         triangulation will now overshoot what it said, say so with the new estimate and the point
         that slipped."""
@@ -347,13 +445,20 @@ class TriangulateJob:
             if expected_s:
                 took += f" where {fmt_duration(expected_s)} was expected"
             decode = f", decode {result.depth_tok_s:.1f} tok/s at depth" if result.depth_tok_s else ""
-            publish(Notice(time.time(), f"this triangulation will take about {fmt_duration(total)} in all, not "
-                                        f"{fmt_duration(self.promised_s)}: {took} (prefill "
-                                        f"{result.prefill_tok_s:.0f} tok/s{decode})", "warning"))
+            publish(
+                Notice(
+                    time.time(),
+                    f"this triangulation will take about {fmt_duration(total)} in all, not "
+                    f"{fmt_duration(self.promised_s)}: {took} (prefill "
+                    f"{result.prefill_tok_s:.0f} tok/s{decode})",
+                    "warning",
+                )
+            )
             self.promised_s = total  # the next word only if it slips again
 
-    def _point(self, settings: RunSettings, options: RunOptions, publish: Publish, cancel: threading.Event,
-               on_worker: OnWorker) -> RunResult | None:
+    def _point(
+        self, settings: RunSettings, options: RunOptions, publish: Publish, cancel: threading.Event, on_worker: OnWorker
+    ) -> RunResult | None:
         outcome: list[object] = []
 
         def relay(event: object) -> None:
@@ -367,18 +472,27 @@ class TriangulateJob:
         if not outcome:
             n_ctx = context_size(settings)
             why = "killed by a signal (out of memory?)" if code and code < 0 else f"exit code {code}"
-            publish(RunFailed(time.time(), options.run_id, "does_not_fit",
-                              f"the worker for {settings.depth:,} tokens died: {why}", n_ctx=n_ctx,
-                              depth=settings.depth))
+            publish(
+                RunFailed(
+                    time.time(),
+                    options.run_id,
+                    "does_not_fit",
+                    f"the worker for {settings.depth:,} tokens died: {why}",
+                    n_ctx=n_ctx,
+                    depth=settings.depth,
+                )
+            )
             return None
         return outcome[-1].result if isinstance(outcome[-1], RunFinished) else None
 
 
 def _synthetic_note(profile: PrefillProfile, n_gen: int, filled_s: float) -> str:
     real = estimate_seconds(profile, DEFAULT_DEPTHS, n_gen, chain=True)
-    return (f"16k/32k/65k would take about {fmt_duration(real)} to prefill here; the KV cache is filled "
-            f"synthetically to each depth instead and only its last ubatch prefilled: about {fmt_duration(filled_s)} "
-            "(--fill real to prefill and reduce the depths to the budget)")
+    return (
+        f"16k/32k/65k would take about {fmt_duration(real)} to prefill here; the KV cache is filled "
+        f"synthetically to each depth instead and only its last ubatch prefilled: about {fmt_duration(filled_s)} "
+        "(--fill real to prefill and reduce the depths to the budget)"
+    )
 
 
 def _room_for_state(model: ModelInfo, k: str, v: str, depth: int, folder: str) -> bool:

@@ -47,14 +47,22 @@ class AmdSysfsProbe:
         total = read_sysfs_int(device / "mem_info_vram_total")
         busy = read_sysfs_int(device / "gpu_busy_percent")
         temp = _hwmon_temp(device)
-        for name, value in (("vram_used_bytes", used), ("vram_total_bytes", total), ("util_pct", busy),
-                            ("temperature_c", temp)):
+        for name, value in (
+            ("vram_used_bytes", used),
+            ("vram_total_bytes", total),
+            ("util_pct", busy),
+            ("temperature_c", temp),
+        ):
             if value is None:
                 reasons[name] = f"not readable in {device}"
         return GpuReading(
-            index=index, name=_product_name(device), vendor="amd",
-            vram_used_bytes=used, vram_total_bytes=total,
-            util_pct=None if busy is None else float(busy), temperature_c=temp,
+            index=index,
+            name=_product_name(device),
+            vendor="amd",
+            vram_used_bytes=used,
+            vram_total_bytes=total,
+            util_pct=None if busy is None else float(busy),
+            temperature_c=temp,
             reasons=reasons,
         )
 

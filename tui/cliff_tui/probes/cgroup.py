@@ -61,7 +61,9 @@ class CgroupMemory:
 FIELDS = ("limit_bytes", "swap_limit_bytes", "usage_bytes", "swap_bytes", "anon_bytes", "file_bytes")
 
 
-def find_mounts(mountinfo: str = "/proc/self/mountinfo", controller: str = "memory") -> dict[CgroupVersion, CgroupMount]:
+def find_mounts(
+    mountinfo: str = "/proc/self/mountinfo", controller: str = "memory"
+) -> dict[CgroupVersion, CgroupMount]:
     """The v1 hierarchy of ``controller`` and the v2 hierarchy, where mounted."""
     mounts: dict[CgroupVersion, CgroupMount] = {}
     with open(mountinfo, encoding="utf-8") as f:
@@ -104,7 +106,7 @@ def cgroup_directory(mount: CgroupMount, path: str) -> Path | None:
     root = mount.root.rstrip("/")
     if root and path != root and not path.startswith(root + "/"):
         return None
-    relative = path[len(root):].strip("/")
+    relative = path[len(root) :].strip("/")
     return Path(mount.mount_point, relative) if relative else Path(mount.mount_point)
 
 
@@ -128,7 +130,9 @@ class FoundCpuQuota:
         return CpuQuota(self.path, self.cpus, *_throttled_periods(self.directory))
 
 
-def find_cpu_quota(pid: int | None = None, *, proc: str = "/proc", mountinfo: str | None = None) -> FoundCpuQuota | None:
+def find_cpu_quota(
+    pid: int | None = None, *, proc: str = "/proc", mountinfo: str | None = None
+) -> FoundCpuQuota | None:
     """:func:`read_cpu_quota`'s search, without the periods."""
     pid = os.getpid() if pid is None else pid
     try:
@@ -144,8 +148,7 @@ def find_cpu_quota(pid: int | None = None, *, proc: str = "/proc", mountinfo: st
         return None
     # the mount point too: a container's own cgroup is the root of what it mounts
     up = _up(Path(mounts[version].mount_point), directory, paths[version], including_top=True)
-    found = [FoundCpuQuota(path, cpus, where) for where, path in up
-             if (cpus := _cpu_quota(version, where)) is not None]
+    found = [FoundCpuQuota(path, cpus, where) for where, path in up if (cpus := _cpu_quota(version, where)) is not None]
     return min(found, key=lambda quota: quota.cpus, default=None)
 
 
@@ -186,8 +189,7 @@ def _up(top: Path, directory: Path, path: str, including_top: bool = False) -> I
         yield directory, path
 
 
-def read_cgroup_memory(pid: int | None = None, *, proc: str = "/proc",
-                       mountinfo: str | None = None) -> CgroupMemory:
+def read_cgroup_memory(pid: int | None = None, *, proc: str = "/proc", mountinfo: str | None = None) -> CgroupMemory:
     """The memory cgroup of ``pid`` (default: this process), v1 where the memory controller is
     on a v1 hierarchy, else v2."""
     pid = os.getpid() if pid is None else pid
@@ -207,22 +209,37 @@ def read_cgroup_memory(pid: int | None = None, *, proc: str = "/proc",
     return _unknown(pid, "no memory cgroup: neither a v1 memory hierarchy nor cgroup v2 is mounted")
 
 
-def _unknown(pid: int, reason: str, version: CgroupVersion | None = None, path: str | None = None,
-             directory: str | None = None) -> CgroupMemory:
-    return CgroupMemory(pid, version, path, directory, None, None, None, None, None, None, None,
-                        reasons={name: reason for name in FIELDS})
+def _unknown(
+    pid: int, reason: str, version: CgroupVersion | None = None, path: str | None = None, directory: str | None = None
+) -> CgroupMemory:
+    return CgroupMemory(
+        pid,
+        version,
+        path,
+        directory,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        reasons=dict.fromkeys(FIELDS, reason),
+    )
 
 
 def _read(version: CgroupVersion, pid: int, mount: CgroupMount, path: str) -> CgroupMemory:
     directory = cgroup_directory(mount, path)
     if directory is None:
-        return _unknown(pid, f"cgroup {path} is outside the hierarchy mounted at {mount.mount_point}",
-                        version, path)
+        return _unknown(pid, f"cgroup {path} is outside the hierarchy mounted at {mount.mount_point}", version, path)
     if not directory.is_dir():
         return _unknown(pid, f"{directory} is missing (the process moved or exited?)", version, path, str(directory))
     if version == 2 and not (directory / "memory.current").exists():
-        why = (f"cgroup {path} is the root cgroup: no memory limit" if directory == Path(mount.mount_point)
-               else f"the v2 memory controller is not enabled for cgroup {path}")
+        why = (
+            f"cgroup {path} is the root cgroup: no memory limit"
+            if directory == Path(mount.mount_point)
+            else f"the v2 memory controller is not enabled for cgroup {path}"
+        )
         return _unknown(pid, why, 2, path, str(directory))
     reader = _V1Reader if version == 1 else _V2Reader
     return reader(directory, mount, path).reading(pid)
@@ -292,8 +309,9 @@ class _Reader:
         return best, best_path
 
     def record(self, pid: int, **values: int | str | None) -> CgroupMemory:
-        return CgroupMemory(pid=pid, version=self.version, path=self.path, directory=str(self.directory),
-                            reasons=self.reasons, **values)  # type: ignore[arg-type]
+        return CgroupMemory(
+            pid=pid, version=self.version, path=self.path, directory=str(self.directory), reasons=self.reasons, **values
+        )  # type: ignore[arg-type]
 
 
 class _V1Reader(_Reader):
@@ -309,10 +327,15 @@ class _V1Reader(_Reader):
             self.reasons.pop("limit_bytes", None)
         usage = self.number("memory.usage_in_bytes", "usage_bytes")
         return self.record(
-            pid, limit_bytes=limit, limited_by=limited_by, swap_limit_bytes=self._swap_limit(stat, limit),
-            usage_bytes=usage, swap_bytes=self._swap(stat, usage),
+            pid,
+            limit_bytes=limit,
+            limited_by=limited_by,
+            swap_limit_bytes=self._swap_limit(stat, limit),
+            usage_bytes=usage,
+            swap_bytes=self._swap(stat, usage),
             anon_bytes=self.stat_field(stat, "total_rss", "anon_bytes"),
-            file_bytes=self.stat_field(stat, "total_cache", "file_bytes"))
+            file_bytes=self.stat_field(stat, "total_cache", "file_bytes"),
+        )
 
     def _swap(self, stat: dict[str, int], usage: int | None) -> int | None:
         if "total_swap" in stat:
@@ -342,8 +365,12 @@ class _V2Reader(_Reader):
         swap_limit, _ = self.smallest("memory.swap.max", "swap_limit_bytes")
         stat = self.stat()
         return self.record(
-            pid, limit_bytes=limit, limited_by=limited_by, swap_limit_bytes=swap_limit,
+            pid,
+            limit_bytes=limit,
+            limited_by=limited_by,
+            swap_limit_bytes=swap_limit,
             usage_bytes=self.number("memory.current", "usage_bytes"),
             swap_bytes=self.number("memory.swap.current", "swap_bytes"),
             anon_bytes=self.stat_field(stat, "anon", "anon_bytes"),
-            file_bytes=self.stat_field(stat, "file", "file_bytes"))
+            file_bytes=self.stat_field(stat, "file", "file_bytes"),
+        )

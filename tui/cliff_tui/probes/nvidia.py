@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from cliff_tui.events import GpuProcess, GpuReading
 from cliff_tui.text import inert
@@ -126,7 +127,7 @@ class NvidiaProbe:
             self._initialised = False
             try:
                 self._nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - shutting down a driver we no longer need
+            except Exception:
                 pass
 
     # --- reading --------------------------------------------------------------------------
@@ -156,12 +157,18 @@ class NvidiaProbe:
         try:
             used, total, reserved = self._memory(index, handle, reasons)
             util = self._field(index, "util_pct", reasons, lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-            temp = self._field(index, "temperature_c", reasons,
-                               lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
-            sm = self._field(index, "sm_clock_mhz", reasons,
-                             lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
-            mem = self._field(index, "mem_clock_mhz", reasons,
-                              lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM))
+            temp = self._field(
+                index,
+                "temperature_c",
+                reasons,
+                lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
+            )
+            sm = self._field(
+                index, "sm_clock_mhz", reasons, lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
+            )
+            mem = self._field(
+                index, "mem_clock_mhz", reasons, lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)
+            )
             throttle = self._field(index, "throttle_reasons", reasons, lambda: self._clock_events(handle))
             rx, tx = self._pcie_throughput(index, handle, reasons)
             processes = self._field(index, "processes", reasons, lambda: self._processes(handle))
@@ -169,12 +176,21 @@ class NvidiaProbe:
             self._lost[index] = lost.reason
             return _lost_reading(index, self._names[index], lost.reason, self._uuids[index])
         return GpuReading(
-            index=index, name=self._names[index], vendor="nvidia",
-            vram_used_bytes=used, vram_total_bytes=total, vram_reserved_bytes=reserved,
+            index=index,
+            name=self._names[index],
+            vendor="nvidia",
+            vram_used_bytes=used,
+            vram_total_bytes=total,
+            vram_reserved_bytes=reserved,
             util_pct=None if util is None else float(util),
             temperature_c=None if temp is None else float(temp),
-            sm_clock_mhz=sm, mem_clock_mhz=mem, throttle_reasons=throttle,
-            pcie_rx_bytes_s=rx, pcie_tx_bytes_s=tx, processes=processes, reasons=reasons,
+            sm_clock_mhz=sm,
+            mem_clock_mhz=mem,
+            throttle_reasons=throttle,
+            pcie_rx_bytes_s=rx,
+            pcie_tx_bytes_s=tx,
+            processes=processes,
+            reasons=reasons,
             uuid=self._uuids[index],
         )
 
@@ -220,10 +236,18 @@ class NvidiaProbe:
             return None, None
         nvml = self._nvml
         # NVML reports KB/s over a 20 ms window (KiB, as nvidia-smi and nvitop read it).
-        rx = self._field(index, "pcie_rx_bytes_s", reasons,
-                         lambda: nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_RX_BYTES))
-        tx = self._field(index, "pcie_tx_bytes_s", reasons,
-                         lambda: nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_TX_BYTES))
+        rx = self._field(
+            index,
+            "pcie_rx_bytes_s",
+            reasons,
+            lambda: nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_RX_BYTES),
+        )
+        tx = self._field(
+            index,
+            "pcie_tx_bytes_s",
+            reasons,
+            lambda: nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_TX_BYTES),
+        )
         return (None if rx is None else float(rx * KiB)), (None if tx is None else float(tx * KiB))
 
     def _processes(self, handle: Any) -> tuple[GpuProcess, ...]:
@@ -232,8 +256,11 @@ class NvidiaProbe:
         nvml = self._nvml
         if self._process_fn is not None:
             return _to_processes(self._process_fn(handle))
-        names = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
-                 "nvmlDeviceGetComputeRunningProcesses")
+        names = (
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetComputeRunningProcesses_v2",
+            "nvmlDeviceGetComputeRunningProcesses",
+        )
         last: Exception | None = None
         for name in names:
             fn = getattr(nvml, name, None)
@@ -262,8 +289,11 @@ class NvidiaProbe:
             if code == nvml.NVML_ERROR_GPU_IS_LOST:
                 raise _GpuLost(LOST_REASON) from exc
             if code in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
-                why = ("not supported by this GPU" if code == nvml.NVML_ERROR_NOT_SUPPORTED
-                       else "not in this NVIDIA driver")
+                why = (
+                    "not supported by this GPU"
+                    if code == nvml.NVML_ERROR_NOT_SUPPORTED
+                    else "not in this NVIDIA driver"
+                )
                 self._unsupported[key] = why
                 reasons[name] = why
                 return None
@@ -297,8 +327,15 @@ def _init_reason(nvml: ModuleType, exc: Exception) -> str:
 
 def _lost_reading(index: int, name: str, reason: str, uuid: str | None = None) -> GpuReading:
     fields = ("vram_used_bytes", "vram_total_bytes", "shared_used_bytes", "util_pct", "temperature_c")
-    return GpuReading(index=index, name=name, vendor="nvidia", vram_used_bytes=None,
-                      vram_total_bytes=None, reasons={f: reason for f in fields}, uuid=uuid)
+    return GpuReading(
+        index=index,
+        name=name,
+        vendor="nvidia",
+        vram_used_bytes=None,
+        vram_total_bytes=None,
+        reasons=dict.fromkeys(fields, reason),
+        uuid=uuid,
+    )
 
 
 def _to_processes(procs: Any) -> tuple[GpuProcess, ...]:

@@ -6,11 +6,11 @@ import dataclasses
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from cliff_tui.events import NO_GPU, CgroupReading, CpuQuota, GpuReading, ProcessReading, Sample
-from cliff_tui.probes.cgroup import FoundCpuQuota, find_cpu_quota, read_cgroup_memory
 from cliff_tui.probes.amd import AmdSysfsProbe
+from cliff_tui.probes.cgroup import FoundCpuQuota, find_cpu_quota, read_cgroup_memory
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.shared_vram import SharedVramBackend, Unavailable, choose_backends, fill_shared
 from cliff_tui.probes.system import ProcessProbe, read_cpu_busy_s, read_memory
@@ -50,8 +50,11 @@ class Sampler:
         """Whether a sample asks a GPU (NVML, amdgpu's files, a platform's counters), which can
         wait (NVML's PCIe counters take 20 ms a call); without one, a sample is a few /proc and
         cgroup files."""
-        return (self.nvidia.may_have_gpus() or bool(self.amd and self.amd.cards)
-                or any(not isinstance(backend, Unavailable) for backend in self.shared))
+        return (
+            self.nvidia.may_have_gpus()
+            or bool(self.amd and self.amd.cards)
+            or any(not isinstance(backend, Unavailable) for backend in self.shared)
+        )
 
     def sample(self, fresh: bool = False) -> Sample:
         """``fresh``: the cgroup read now, not up to CGROUP_EVERY_S old (for a decision on memory
@@ -70,8 +73,17 @@ class Sampler:
             process = _with_gpu_memory(process, gpus, probe.children_pids())
         ram, swap = read_memory()
         cgroup, cpu_quota = self._cgroup.read(probe.pid if probe else None, ram.total_bytes, fresh)
-        return Sample(t=t, ram=ram, swap=swap, gpus=tuple(gpus), gpus_reason=gpus_reason, process=process,
-                      cpu_busy_s=read_cpu_busy_s(), cgroup=cgroup, cpu_quota=cpu_quota)
+        return Sample(
+            t=t,
+            ram=ram,
+            swap=swap,
+            gpus=tuple(gpus),
+            gpus_reason=gpus_reason,
+            process=process,
+            cpu_busy_s=read_cpu_busy_s(),
+            cgroup=cgroup,
+            cpu_quota=cpu_quota,
+        )
 
     def _no_gpu_reason(self, nvidia_reason: str | None) -> str:
         parts = [f"NVIDIA: {nvidia_reason}" if nvidia_reason else "NVIDIA: none found"]
@@ -110,8 +122,12 @@ class CgroupLimits:
     changed or removed (its periods are read meanwhile where it was found); a limit removed shows
     at the next read."""
 
-    def __init__(self, every_s: float = CGROUP_EVERY_S, search_every_s: float = CGROUP_SEARCH_EVERY_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        every_s: float = CGROUP_EVERY_S,
+        search_every_s: float = CGROUP_SEARCH_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.every_s = every_s
         self.search_every_s = search_every_s
         self._clock = clock
@@ -121,8 +137,9 @@ class CgroupLimits:
         self._quota: FoundCpuQuota | None = None
         self._lock = threading.Lock()  # the sampler and a run's fresh baseline (the job's thread) both read
 
-    def read(self, pid: int | None, ram_total: int,
-             fresh: bool = False) -> tuple[CgroupReading | None, CpuQuota | None]:
+    def read(
+        self, pid: int | None, ram_total: int, fresh: bool = False
+    ) -> tuple[CgroupReading | None, CpuQuota | None]:
         """``fresh``: searched for and read now, whenever it was last."""
         if not sys.platform.startswith("linux"):
             return None, None
@@ -151,8 +168,9 @@ class CgroupLimits:
         memory = read_cgroup_memory(pid)
         if memory.limit_bytes is None or memory.limit_bytes >= ram_total or memory.path is None:
             return None
-        return CgroupReading(memory.limited_by or memory.path, memory.limit_bytes, memory.usage_bytes,
-                             memory.swap_bytes)
+        return CgroupReading(
+            memory.limited_by or memory.path, memory.limit_bytes, memory.usage_bytes, memory.swap_bytes
+        )
 
 
 class SamplerThread:
@@ -167,7 +185,7 @@ class SamplerThread:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cliff-sampler", daemon=True)
 
-    def start(self) -> "SamplerThread":
+    def start(self) -> SamplerThread:
         self._thread.start()
         return self
 
@@ -205,7 +223,7 @@ class SamplesInLoop:
         self.interval = interval
         self._due = 0.0
 
-    def start(self) -> "SamplesInLoop":
+    def start(self) -> SamplesInLoop:
         self.take_if_due(time.monotonic())  # the first sample waits for the first frame
         return self
 

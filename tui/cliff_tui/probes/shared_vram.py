@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from cliff_tui.events import GpuProcess, GpuReading
 from cliff_tui.probes.amd import read_sysfs_int
@@ -130,8 +131,13 @@ class WindowsCounters:
                 out.append(_with_reason(gpu, "not available: no WDDM adapter matches this GPU"))
                 continue
             free.discard(luid)
-            out.append(dataclasses.replace(gpu, shared_used_bytes=int(shared[luid]),
-                                           processes=with_shared(gpu.processes, processes.get(luid, {}))))
+            out.append(
+                dataclasses.replace(
+                    gpu,
+                    shared_used_bytes=int(shared[luid]),
+                    processes=with_shared(gpu.processes, processes.get(luid, {})),
+                )
+            )
         return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import psutil
 
@@ -57,15 +57,16 @@ def _meminfo_kib(*names: bytes) -> list[int] | None:
         at = data.find(name)
         if at < 0:
             return None
-        values.append(int(data[at + len(name):data.index(b"\n", at)].split()[0]))
+        values.append(int(data[at + len(name) : data.index(b"\n", at)].split()[0]))
     return values
 
 
 def check_process(pid: int) -> None:
     """:class:`BadInput` where no process has ``pid`` now: a PID to follow names a running one."""
     if not psutil.pid_exists(pid):
-        raise BadInput(f"no process with PID {pid}: give the PID of a running process "
-                       "(`pgrep -f llama-server` prints a server's)")
+        raise BadInput(
+            f"no process with PID {pid}: give the PID of a running process (`pgrep -f llama-server` prints a server's)"
+        )
 
 
 class ProcessProbe:
@@ -76,8 +77,9 @@ class ProcessProbe:
     ``children_every_s``; in between, the known children's RSS is read (a new child shows up within
     that time, one that exited drops out at once)."""
 
-    def __init__(self, pid: int, *, children_every_s: float = CHILDREN_EVERY_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, pid: int, *, children_every_s: float = CHILDREN_EVERY_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.pid = pid
         self.children_every_s = children_every_s
         self._clock = clock
@@ -108,10 +110,16 @@ class ProcessProbe:
             return self._missing(f"process {self.pid} has exited")
         except psutil.AccessDenied:
             return self._missing(f"not allowed to read PID {self.pid} (try as its owner or root)")
-        return ProcessReading(pid=self.pid, name=name, rss_bytes=rss,
-                              children_rss_bytes=children_rss, n_children=n_children,
-                              swap_bytes=read_vm_swap(self.pid), cpu_s=cpu.user + cpu.system + _cpu_s(children),
-                              major_faults=read_major_faults(self.pid))
+        return ProcessReading(
+            pid=self.pid,
+            name=name,
+            rss_bytes=rss,
+            children_rss_bytes=children_rss,
+            n_children=n_children,
+            swap_bytes=read_vm_swap(self.pid),
+            cpu_s=cpu.user + cpu.system + _cpu_s(children),
+            major_faults=read_major_faults(self.pid),
+        )
 
     def children_pids(self) -> list[int]:
         if self._process is None:
@@ -129,8 +137,9 @@ class ProcessProbe:
         return self._children
 
     def _missing(self, reason: str) -> ProcessReading:
-        return ProcessReading(pid=self.pid, name=None, rss_bytes=None, children_rss_bytes=None,
-                              reasons={"rss_bytes": reason})
+        return ProcessReading(
+            pid=self.pid, name=None, rss_bytes=None, children_rss_bytes=None, reasons={"rss_bytes": reason}
+        )
 
 
 def read_vm_swap(pid: int, proc: str = "/proc") -> int | None:
@@ -143,7 +152,7 @@ def read_vm_swap(pid: int, proc: str = "/proc") -> int | None:
     at = data.find(b"VmSwap:")
     if at < 0:
         return None
-    return int(data[at + 7:data.index(b"\n", at)].split()[0]) * KiB
+    return int(data[at + 7 : data.index(b"\n", at)].split()[0]) * KiB
 
 
 def read_major_faults(pid: int, proc: str = "/proc") -> int | None:
@@ -154,7 +163,7 @@ def read_major_faults(pid: int, proc: str = "/proc") -> int | None:
             data = f.read()
     except OSError:
         return None
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = data[data.rfind(b")") + 2 :].split()
     return int(fields[9]) if len(fields) > 9 else None
 
 

@@ -36,19 +36,24 @@ class PdhCounters:  # pragma: no cover - needs Windows
         counter = self._counters.get(path)
         if counter is None:
             counter = wintypes.HANDLE()
-            self._check(self._pdh.PdhAddEnglishCounterW(self._query, path, None, ctypes.byref(counter)),
-                        "PdhAddEnglishCounter")
+            self._check(
+                self._pdh.PdhAddEnglishCounterW(self._query, path, None, ctypes.byref(counter)), "PdhAddEnglishCounter"
+            )
             self._counters[path] = counter
         self._check(self._pdh.PdhCollectQueryData(self._query), "PdhCollectQueryData")
         size, count = wintypes.DWORD(0), wintypes.DWORD(0)
-        status = self._pdh.PdhGetFormattedCounterArrayW(counter, PDH_FMT_DOUBLE, ctypes.byref(size),
-                                                        ctypes.byref(count), None)
+        status = self._pdh.PdhGetFormattedCounterArrayW(
+            counter, PDH_FMT_DOUBLE, ctypes.byref(size), ctypes.byref(count), None
+        )
         if status & 0xFFFFFFFF != PDH_MORE_DATA:
             return []
         buffer = (ctypes.c_byte * size.value)()
-        self._check(self._pdh.PdhGetFormattedCounterArrayW(counter, PDH_FMT_DOUBLE, ctypes.byref(size),
-                                                           ctypes.byref(count), buffer),
-                    "PdhGetFormattedCounterArray")
+        self._check(
+            self._pdh.PdhGetFormattedCounterArrayW(
+                counter, PDH_FMT_DOUBLE, ctypes.byref(size), ctypes.byref(count), buffer
+            ),
+            "PdhGetFormattedCounterArray",
+        )
         items = ctypes.cast(buffer, ctypes.POINTER(_CounterValueItem))
         return [(items[i].szName, float(items[i].FmtValue.doubleValue)) for i in range(count.value)]
 

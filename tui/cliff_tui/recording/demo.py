@@ -13,15 +13,30 @@ from typing import Any
 from cliff_tui.analysis.cliff import RunWatch, cliff_verdict, memory_sign
 from cliff_tui.analysis.speed import classify_speed
 from cliff_tui.events import (
-    BufferSize, BuffersReported, DecodePoint, DecodeWindow, GpuDelta, GpuReading, ModelInfo, RamReading,
-    RunFinished, RunProgress, RunResult, RunSettings, RunStarted, Sample, SwapReading,
+    BufferSize,
+    BuffersReported,
+    DecodePoint,
+    DecodeWindow,
+    GpuDelta,
+    GpuReading,
+    ModelInfo,
+    RamReading,
+    RunFinished,
+    RunProgress,
+    RunResult,
+    RunSettings,
+    RunStarted,
+    Sample,
+    SwapReading,
 )
 from cliff_tui.probes.sampler import CPU_ONLY_TIERS
 from cliff_tui.units import GiB, MiB
 
 T0 = 1_800_000_000.0
-NO_GPU_REASON = ("no GPU found (NVIDIA: no NVIDIA driver (libnvidia-ml not found); AMD: no amdgpu card in "
-                 f"/sys/class/drm) — {CPU_ONLY_TIERS}")
+NO_GPU_REASON = (
+    "no GPU found (NVIDIA: no NVIDIA driver (libnvidia-ml not found); AMD: no amdgpu card in "
+    f"/sys/class/drm) — {CPU_ONLY_TIERS}"
+)
 
 
 def cpu_watch(n: int = 120, interval: float = 0.5) -> list[Sample]:
@@ -29,19 +44,55 @@ def cpu_watch(n: int = 120, interval: float = 0.5) -> list[Sample]:
     out = []
     for i in range(n):
         used = int(6 * GiB + 0.8 * GiB * math.sin(i / 9) + (i % 7) * 8 * MiB)
-        out.append(Sample(T0 + i * interval, RamReading(used, 24 * GiB, 24 * GiB - used - GiB), SwapReading(0, 0),
-                          (), NO_GPU_REASON))
+        out.append(
+            Sample(
+                T0 + i * interval,
+                RamReading(used, 24 * GiB, 24 * GiB - used - GiB),
+                SwapReading(0, 0),
+                (),
+                NO_GPU_REASON,
+            )
+        )
     return out
 
 
-MODEL = ModelInfo("/models/Qwen2.5-7B-Instruct-Q4_K_M.gguf", "Qwen2.5 7B Instruct", 4_683_073_952, "qwen2", 28,
-                  28, 4, 128, 128, 32768, None, "Q4_K_M")
+MODEL = ModelInfo(
+    "/models/Qwen2.5-7B-Instruct-Q4_K_M.gguf",
+    "Qwen2.5 7B Instruct",
+    4_683_073_952,
+    "qwen2",
+    28,
+    28,
+    4,
+    128,
+    128,
+    32768,
+    None,
+    "Q4_K_M",
+)
 SETTINGS = RunSettings(MODEL.path, depth=24_000, n_gen=128, threads=8)
 
 
 def _gpu(t: float, used: int, shared: int, util: float, rx: float, throttle: tuple[str, ...] = ()) -> GpuReading:
-    return GpuReading(0, "NVIDIA GeForce RTX 4070 (demo)", "nvidia", used, 12 * GiB, 310 * MiB, shared, 16 * GiB,
-                      util, 64.0 + util / 10, 2475, 10501, throttle, rx, rx / 8, None, {})
+    return GpuReading(
+        0,
+        "NVIDIA GeForce RTX 4070 (demo)",
+        "nvidia",
+        used,
+        12 * GiB,
+        310 * MiB,
+        shared,
+        16 * GiB,
+        util,
+        64.0 + util / 10,
+        2475,
+        10501,
+        throttle,
+        rx,
+        rx / 8,
+        None,
+        {},
+    )
 
 
 def _ms_per_token(depth: int) -> float:
@@ -53,11 +104,19 @@ def _ms_per_token(depth: int) -> float:
 def gpu_cliff_run() -> list[Any]:
     """One run on a 12 GiB card, Windows-style shared memory: the three signs go red."""
     run_id = "demo"
-    events: list[Any] = [RunStarted(T0, run_id, SETTINGS, MODEL, 24_320),
-                         BuffersReported(T0 + 2, run_id, (BufferSize("CUDA0", "model", 4_460 * MiB),
-                                                          BufferSize("CUDA0", "kv", 1_330 * MiB),
-                                                          BufferSize("CUDA0", "compute", 1_580 * MiB),
-                                                          BufferSize("CUDA_Host", "compute", 64 * MiB)))]
+    events: list[Any] = [
+        RunStarted(T0, run_id, SETTINGS, MODEL, 24_320),
+        BuffersReported(
+            T0 + 2,
+            run_id,
+            (
+                BufferSize("CUDA0", "model", 4_460 * MiB),
+                BufferSize("CUDA0", "kv", 1_330 * MiB),
+                BufferSize("CUDA0", "compute", 1_580 * MiB),
+                BufferSize("CUDA_Host", "compute", 64 * MiB),
+            ),
+        ),
+    ]
     points = [DecodePoint(16, _ms_per_token(16), 32, "baseline")]
     events.append(DecodeWindow(T0 + 3, run_id, "baseline", 16, 32, 1000 / _ms_per_token(16), 0.6))
     for k in range(1, 8):
@@ -74,14 +133,44 @@ def gpu_cliff_run() -> list[Any]:
     events += _cliff_samples()
     watch = _watched(events)
     spilled = memory_sign(watch.evidence())
-    verdict = classify_speed(1000 / _ms_per_token(16), 1000 / _ms_per_token(24_064), 24_000, points,
-                             kv_on_gpu=True, memory_sign=spilled.text if spilled else None)
+    verdict = classify_speed(
+        1000 / _ms_per_token(16),
+        1000 / _ms_per_token(24_064),
+        24_000,
+        points,
+        kv_on_gpu=True,
+        memory_sign=spilled.text if spilled else None,
+    )
     result = RunResult(
-        run_id, SETTINGS, MODEL.name, 24_320, 24_000, 128, "CUDA0", {"CUDA0": 1_330 * MiB}, {"CUDA0": 4_460 * MiB},
-        {"CUDA0": 1_580 * MiB, "CUDA_Host": 64 * MiB}, 1000 / _ms_per_token(16), 1000 / _ms_per_token(24_064),
-        2100.0, 24_000, tuple(points), verdict, 9 * GiB, int(10.4 * GiB), 0, 0, None, None, None, None,
+        run_id,
+        SETTINGS,
+        MODEL.name,
+        24_320,
+        24_000,
+        128,
+        "CUDA0",
+        {"CUDA0": 1_330 * MiB},
+        {"CUDA0": 4_460 * MiB},
+        {"CUDA0": 1_580 * MiB, "CUDA_Host": 64 * MiB},
+        1000 / _ms_per_token(16),
+        1000 / _ms_per_token(24_064),
+        2100.0,
+        24_000,
+        tuple(points),
+        verdict,
+        9 * GiB,
+        int(10.4 * GiB),
+        0,
+        0,
+        None,
+        None,
+        None,
+        None,
         (GpuDelta(0, "NVIDIA GeForce RTX 4070 (demo)", int(7.2 * GiB), int(11.7 * GiB), 120 * MiB, int(1.6 * GiB)),),
-        None, 74.0, cliff=cliff_verdict(watch.evidence(), verdict))
+        None,
+        74.0,
+        cliff=cliff_verdict(watch.evidence(), verdict),
+    )
     events.append(RunFinished(T0 + 74, result))
     return sorted(events, key=lambda e: e.t)
 
@@ -107,6 +196,13 @@ def _cliff_samples() -> list[Sample]:
         shared = int(120 * MiB + spill * 1.5 * GiB)
         ram = int(9 * GiB + spill * 1.4 * GiB)
         rx = 1.2 * GiB * spill
-        out.append(Sample(t, RamReading(ram, 32 * GiB, 32 * GiB - ram - 2 * GiB), SwapReading(0, 8 * GiB),
-                          (_gpu(t, used, shared, 97.0 - 40 * spill, rx),), None))
+        out.append(
+            Sample(
+                t,
+                RamReading(ram, 32 * GiB, 32 * GiB - ram - 2 * GiB),
+                SwapReading(0, 8 * GiB),
+                (_gpu(t, used, shared, 97.0 - 40 * spill, rx),),
+                None,
+            )
+        )
     return out

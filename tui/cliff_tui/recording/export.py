@@ -13,8 +13,16 @@ from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import Recording, open_recording
 from cliff_tui.recording.redact import recording_lines, redact_recording
 from cliff_tui.report import (
-    RUN_COLUMNS, csv_table, dumps, failure_record, markdown_table, run_record, run_rows, sample_record,
-    triangulation_markdown, triangulation_output,
+    RUN_COLUMNS,
+    csv_table,
+    dumps,
+    failure_record,
+    markdown_table,
+    run_record,
+    run_rows,
+    sample_record,
+    triangulation_markdown,
+    triangulation_output,
 )
 from cliff_tui.text import inert
 from cliff_tui.units import fmt_bytes, fmt_duration
@@ -49,23 +57,38 @@ def sample_row(s: Sample) -> dict[str, Any]:
     row: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s.t)) + f".{int(s.t % 1 * 1000):03d}Z",
         "t": round(s.t, 3),
-        "ram_used_bytes": s.ram.used_bytes, "ram_total_bytes": s.ram.total_bytes,
+        "ram_used_bytes": s.ram.used_bytes,
+        "ram_total_bytes": s.ram.total_bytes,
         "ram_available_bytes": s.ram.available_bytes,
-        "swap_used_bytes": s.swap.used_bytes, "swap_total_bytes": s.swap.total_bytes,
+        "swap_used_bytes": s.swap.used_bytes,
+        "swap_total_bytes": s.swap.total_bytes,
     }
     for g in s.gpus:
-        for name in ("vram_used_bytes", "vram_total_bytes", "shared_used_bytes", "util_pct", "temperature_c",
-                     "pcie_rx_bytes_s", "pcie_tx_bytes_s"):
+        for name in (
+            "vram_used_bytes",
+            "vram_total_bytes",
+            "shared_used_bytes",
+            "util_pct",
+            "temperature_c",
+            "pcie_rx_bytes_s",
+            "pcie_tx_bytes_s",
+        ):
             row[f"gpu{g.index}_{name}"] = getattr(g, name)
     if s.process is not None:
         row["process_pid"] = s.process.pid
         row["process_rss_bytes"] = s.process.total_rss_bytes
     if s.cgroup is not None:
-        row.update(cgroup_limit_bytes=s.cgroup.limit_bytes, cgroup_usage_bytes=s.cgroup.usage_bytes,
-                   cgroup_swap_bytes=s.cgroup.swap_bytes)
+        row.update(
+            cgroup_limit_bytes=s.cgroup.limit_bytes,
+            cgroup_usage_bytes=s.cgroup.usage_bytes,
+            cgroup_swap_bytes=s.cgroup.swap_bytes,
+        )
     if s.cpu_quota is not None:
-        row.update(cpu_quota_cpus=s.cpu_quota.cpus, cpu_periods=s.cpu_quota.periods,
-                   cpu_throttled_periods=s.cpu_quota.throttled_periods)
+        row.update(
+            cpu_quota_cpus=s.cpu_quota.cpus,
+            cpu_periods=s.cpu_quota.periods,
+            cpu_throttled_periods=s.cpu_quota.throttled_periods,
+        )
     return row
 
 
@@ -102,13 +125,19 @@ def _markdown(recording: Recording, pipeline: Pipeline) -> str:
     ss = samples(recording)
     lines = [f"# cliff-tui recording: {inert(recording.path)}", ""]
     machine = h.get("machine") or {}
-    lines.append(f"- recorded by cliff-tui {h.get('tool_version', '?')} on {machine.get('hostname', '?')} "
-                 f"({machine.get('os', machine.get('platform', '?'))}), command: `{' '.join(h.get('command') or [])}`")
+    lines.append(
+        f"- recorded by cliff-tui {h.get('tool_version', '?')} on {machine.get('hostname', '?')} "
+        f"({machine.get('os', machine.get('platform', '?'))}), command: `{' '.join(h.get('command') or [])}`"
+    )
     if h.get("gpus"):
-        lines.append("- GPUs: " + ", ".join(str(g.get("name", "?")) for g in h["gpus"]) + f" (driver {h.get('driver')})")
+        lines.append(
+            "- GPUs: " + ", ".join(str(g.get("name", "?")) for g in h["gpus"]) + f" (driver {h.get('driver')})"
+        )
     if ss:
-        lines.append(f"- {len(ss)} samples over {fmt_duration(ss[-1].t - ss[0].t)}; RAM peak "
-                     f"{fmt_bytes(max(s.ram.used_bytes for s in ss))} of {fmt_bytes(ss[-1].ram.total_bytes)}")
+        lines.append(
+            f"- {len(ss)} samples over {fmt_duration(ss[-1].t - ss[0].t)}; RAM peak "
+            f"{fmt_bytes(max(s.ram.used_bytes for s in ss))} of {fmt_bytes(ss[-1].ram.total_bytes)}"
+        )
         for index in sorted({g.index for s in ss for g in s.gpus}):
             used = [g.vram_used_bytes for s in ss for g in s.gpus if g.index == index and g.vram_used_bytes is not None]
             if used:
@@ -119,8 +148,11 @@ def _markdown(recording: Recording, pipeline: Pipeline) -> str:
         lines.append(f"- damaged: {inert(recording.problems)}")
     if pipeline.results or pipeline.failures:
         lines += ["", "## Runs", ""]
-        lines.append(triangulation_markdown(pipeline.triangulations(), pipeline.results, pipeline.failures)
-                     if pipeline.plan else markdown_table(run_rows(pipeline.results), RUN_COLUMNS))
+        lines.append(
+            triangulation_markdown(pipeline.triangulations(), pipeline.results, pipeline.failures)
+            if pipeline.plan
+            else markdown_table(run_rows(pipeline.results), RUN_COLUMNS)
+        )
         for r in pipeline.results:
             lines.append(f"- {r.run_id}: {r.verdict.level} — {r.verdict.text}")
     if pipeline.alerts:

@@ -133,8 +133,10 @@ def _header(raw: bytes, name: str) -> dict[str, Any]:
     if not isinstance(schema, int) or isinstance(schema, bool):
         raise BadInput(f"{name}: the header has no schema version: not a cliff-tui recording")
     if schema > SCHEMA_VERSION:
-        raise BadInput(f"{name} was written with recording schema {schema}, newer than this cliff-tui reads "
-                       f"({SCHEMA_VERSION}): upgrade cliff-tui (pip install -U cliff-tui)")
+        raise BadInput(
+            f"{name} was written with recording schema {schema}, newer than this cliff-tui reads "
+            f"({SCHEMA_VERSION}): upgrade cliff-tui (pip install -U cliff-tui)"
+        )
     try:
         return inert_tree({k: v for k, v in header.items() if k not in HEADER_SHAPES or HEADER_SHAPES[k](v)})
     except RecursionError:

@@ -17,8 +17,9 @@ import json
 import re
 import socket
 import urllib.parse
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from cliff_tui.codec import event_to_plain
 from cliff_tui.recording.reader import Recording, parse_recording
@@ -39,17 +40,22 @@ class Redactor:
         self._home = re.compile(f"(?:{_HOMES}{extra}){_END}")
         # a name of one or two letters would hit ordinary words: only the header's field is replaced then
         names = {n for h in hostnames if h for n in (h, h.split(".")[0]) if len(n) >= 3}
-        self._host = (re.compile(r"\b(?:" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-                                 + r")\b", re.IGNORECASE) if names else None)
+        self._host = (
+            re.compile(
+                r"\b(?:" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")\b", re.IGNORECASE
+            )
+            if names
+            else None
+        )
         self._pids: dict[int, int] = {}
         self._paths: dict[str, str] = {}
 
     @classmethod
-    def for_this_machine(cls) -> "Redactor":
+    def for_this_machine(cls) -> Redactor:
         return cls([socket.gethostname()], [str(Path.home())])
 
     @classmethod
-    def for_header(cls, header: dict[str, Any]) -> "Redactor":
+    def for_header(cls, header: dict[str, Any]) -> Redactor:
         hostname = (header.get("machine") or {}).get("hostname")
         return cls([hostname] if isinstance(hostname, str) else [])
 

@@ -12,7 +12,8 @@ import platform
 import socket
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cliff_tui import __version__
 
@@ -33,8 +34,9 @@ HEADER_SHAPES: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def make_header(command: list[str], record_text: bool, gpus: list[dict[str, Any]] | None = None,
-                driver: str | None = None) -> dict[str, Any]:
+def make_header(
+    command: list[str], record_text: bool, gpus: list[dict[str, Any]] | None = None, driver: str | None = None
+) -> dict[str, Any]:
     return {
         "type": "header",
         "format": FORMAT,

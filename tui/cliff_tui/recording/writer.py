@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cliff_tui.codec import event_to_plain
 from cliff_tui.errors import BadInput, file_error
@@ -36,8 +37,15 @@ class Recorder:
         self.on_failure: Callable[[str], None] = lambda text: None
 
     @classmethod
-    def create(cls, path: str | Path, *, command: list[str], force: bool = False,
-               record_text: bool = False, redact: bool = False) -> "Recorder":
+    def create(
+        cls,
+        path: str | Path,
+        *,
+        command: list[str],
+        force: bool = False,
+        record_text: bool = False,
+        redact: bool = False,
+    ) -> Recorder:
         path = Path(path)
         try:
             handle = path.open("w" if force else "x", encoding="utf-8", buffering=1)
@@ -47,8 +55,9 @@ class Recorder:
         header = make_header(command, record_text, *_gpu_identity())
         recorder._write_line(header if recorder.redactor is None else recorder.redactor.header(header), redact=False)
         if recorder.failure is not None:
-            raise BadInput(f"cannot write the recording {path}: {recorder.failure_reason}: record elsewhere "
-                           "(--record FILE)")
+            raise BadInput(
+                f"cannot write the recording {path}: {recorder.failure_reason}: record elsewhere (--record FILE)"
+            )
         return recorder
 
     def write(self, event: Any) -> None:
@@ -89,11 +98,13 @@ class Recorder:
             pass  # the same failure again, flushing what the write left
         self._file = None
         self.failure_reason = exc.strerror or str(exc)
-        self.failure = (f"recording to {self.path} stopped: {self.failure_reason}; "
-                        f"the {self.count:,} lines before it are kept and readable")
+        self.failure = (
+            f"recording to {self.path} stopped: {self.failure_reason}; "
+            f"the {self.count:,} lines before it are kept and readable"
+        )
         return self.failure
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -115,7 +126,7 @@ def _gpu_identity() -> tuple[list[dict[str, Any]], str | None]:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver is the common case, not an error
+    except Exception:
         return [], None
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -124,10 +135,10 @@ def _gpu_identity() -> tuple[list[dict[str, Any]], str | None]:
             name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
             gpus.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name, "vendor": "nvidia"})
         return gpus, driver.decode() if isinstance(driver, bytes) else driver
-    except Exception:  # noqa: BLE001
+    except Exception:
         return [], None
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass

@@ -66,8 +66,9 @@ class CliffApp(App):
         Binding("end", "seek_to(1)", "End", show=False, tooltip="replay: to the end"),
     ]
 
-    def __init__(self, mode: str = "watch", session: Session | None = None, *, record_text: bool = False,
-                 redact: bool = False) -> None:
+    def __init__(
+        self, mode: str = "watch", session: Session | None = None, *, record_text: bool = False, redact: bool = False
+    ) -> None:
         super().__init__()
         self.mode = mode
         self.session = session or Session()
@@ -92,7 +93,7 @@ class CliffApp(App):
         return super().get_driver_class()
 
     @cached_property
-    def views(self) -> "DashboardViews":
+    def views(self) -> DashboardViews:
         return DashboardViews.of(self)
 
     @property
@@ -208,9 +209,17 @@ class CliffApp(App):
         p = self.pipeline
         player = self.session.player
         views = self.views
-        version = (id(p), p.version, self.size, views.dash.size, views.projection.size,
-                   self.paused, self.narrow_view, self.session.recorder is not None,
-                   player and (player.cursor, player.playing, player.speed, round(player.position, 1)))
+        version = (
+            id(p),
+            p.version,
+            self.size,
+            views.dash.size,
+            views.projection.size,
+            self.paused,
+            self.narrow_view,
+            self.session.recorder is not None,
+            player and (player.cursor, player.playing, player.speed, round(player.position, 1)),
+        )
         if version == self._drawn:
             return
         self._drawn = version
@@ -261,8 +270,11 @@ class CliffApp(App):
     def _draw_keys(self) -> None:
         """The keys a footer shows: those bound with ``show``, where their action is available;
         in a replay, the keys that move it instead of `p`."""
-        shown = [binding for binding in self.BINDINGS
-                 if self._key_shown(binding) and self.check_action(binding.action, ()) is not False]
+        shown = [
+            binding
+            for binding in self.BINDINGS
+            if self._key_shown(binding) and self.check_action(binding.action, ()) is not False
+        ]
         if self.session.player is not None:
             shown.sort(key=lambda binding: binding.action not in ("quit", *REPLAY_KEYS))
         keys = [(binding.key_display or binding.key, binding.description, binding.action) for binding in shown]
@@ -276,8 +288,14 @@ class CliffApp(App):
     def _draw_projection(self) -> None:
         pane = self.views.projection
         width = max(40, pane.size.width - 2)
-        key = (len(self.pipeline.results), len(self.pipeline.failures), self.pipeline.target, width,
-               self.pipeline.plan, pane.size.height)
+        key = (
+            len(self.pipeline.results),
+            len(self.pipeline.failures),
+            self.pipeline.target,
+            width,
+            self.pipeline.plan,
+            pane.size.height,
+        )
         self.views.projection_view.show(key, lambda: self._projection(width, pane.size))
 
     def _projection(self, width: int, room: Any) -> Any:
@@ -293,8 +311,9 @@ class CliffApp(App):
         spare = room.height - len(self.console.render_lines(least, options, pad=False))
         if spare <= 0:
             return least
-        return projection_view.pane(self.pipeline, width, chart_height=min(highest, lowest + spare),
-                                    color=not self.no_color)
+        return projection_view.pane(
+            self.pipeline, width, chart_height=min(highest, lowest + spare), color=not self.no_color
+        )
 
     def _draw_error(self) -> None:
         error = self.views.error
@@ -373,8 +392,9 @@ class CliffApp(App):
             self._draw()
             return
         try:
-            recorder = Recorder.create(timestamped_name(), command=[self.mode], record_text=self.record_text,
-                                       redact=self.redact)
+            recorder = Recorder.create(
+                timestamped_name(), command=[self.mode], record_text=self.record_text, redact=self.redact
+            )
         except CliffError as exc:
             self.notify(str(exc), severity="error", markup=False)
             return
@@ -425,11 +445,20 @@ class DashboardViews:
     keys: KeysLine
 
     @classmethod
-    def of(cls, app: App) -> "DashboardViews":
+    def of(cls, app: App) -> DashboardViews:
         one = app.query_one
-        return cls(one("#title", PanelView), one("#header", LineView), one("#body", Body), one("#dash", DashPane),
-                   one("#tiers", LineView), one("#projection", Pane), one("#projection-view", PanelView),
-                   one("#progress", LineView), one("#error", PanelView), one("#keys", KeysLine))
+        return cls(
+            one("#title", PanelView),
+            one("#header", LineView),
+            one("#body", Body),
+            one("#dash", DashPane),
+            one("#tiers", LineView),
+            one("#projection", Pane),
+            one("#projection-view", PanelView),
+            one("#progress", LineView),
+            one("#error", PanelView),
+            one("#keys", KeysLine),
+        )
 
 
 def _line_part(parts: render.Parts) -> Part:

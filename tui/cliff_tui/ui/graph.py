@@ -10,9 +10,9 @@ groups cells that share a style.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Sequence
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -31,8 +31,14 @@ def line_cells(line: Sequence[Segment]) -> int:
     measured, and a reading's or a graph's text is new every time it moves: it would fill that
     cache and hold about a megabyte, and miss it every frame. ASCII and a graph's characters are
     counted as they are."""
-    return sum(len(text) if text.isascii() or ONE_CELL.issuperset(text) else cell_len(text)
-               for text, _, control in line if not control)
+    return sum(
+        len(text) if text.isascii() or ONE_CELL.issuperset(text) else cell_len(text)
+        for text, _, control in line
+        if not control
+    )
+
+
+PLAIN_STYLE, MARK_STYLE = Style(), Style(color="red")  # immutable: one each serves every graph
 
 
 @dataclass(frozen=True)
@@ -41,9 +47,9 @@ class Graph:
     lo: float
     hi: float
     style_for: Callable[[float], Style] | None = None  # a value → the style of its bar
-    default: Style = Style()
+    default: Style = PLAIN_STYLE
     mark: float | None = None  # a level drawn across the graph (the cliff line), where no bar covers it
-    mark_style: Style = Style(color="red")
+    mark_style: Style = MARK_STYLE
 
     def heights(self, width: int, rows: int) -> list[int | None]:
         """Each column's bar height in eighths of a row, the newest value rightmost; None where
@@ -63,8 +69,10 @@ class Graph:
         """``rows`` lines of ``width`` (character, style) cells, the top line first."""
         chars, mark_row, marked = self._grid(self.heights(width, rows), rows)
         bar = self._bar_styles(width)
-        return [[(ch, self.mark_style if row == mark_row and x in marked else bar[x]) for x, ch in enumerate(line)]
-                for row, line in enumerate(chars)]
+        return [
+            [(ch, self.mark_style if row == mark_row and x in marked else bar[x]) for x, ch in enumerate(line)]
+            for row, line in enumerate(chars)
+        ]
 
     def segments(self, width: int, rows: int = 1) -> list[list[Segment]]:
         """The lines as segments, one per run of equal styles. Drawn once per distinct picture:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -30,15 +30,22 @@ SHORT_TITLES = {"mem_base": "base", "mem_peak": "peak", "shared": "shared", "tok
 def runs_table(results: Sequence[RunResult], failures: Sequence[RunFailed]) -> Table:
     table = Table(box=None, padding=(0, 1), header_style="bold", expand=False)
     for key, title in TABLE_COLUMNS:
-        table.add_column(SHORT_TITLES.get(key, title), justify="left" if key in ("kv", "verdict") else "right",
-                         no_wrap=True)
+        table.add_column(
+            SHORT_TITLES.get(key, title), justify="left" if key in ("kv", "verdict") else "right", no_wrap=True
+        )
     for row in run_rows(results):
         style = {"red": "red", "amber": "yellow"}.get(row["verdict"], "")
         table.add_row(*(Text(row[key]) for key, _ in TABLE_COLUMNS), style=style)  # a str cell is markup
     for f in failures:
         if f.kind == "does_not_fit":
-            table.add_row("", f"{f.n_ctx:,}" if f.n_ctx else "?", f"{f.depth:,}" if f.depth else "?",
-                          "does not fit", *[""] * (len(TABLE_COLUMNS) - 4), style="red")
+            table.add_row(
+                "",
+                f"{f.n_ctx:,}" if f.n_ctx else "?",
+                f"{f.depth:,}" if f.depth else "?",
+                "does not fit",
+                *[""] * (len(TABLE_COLUMNS) - 4),
+                style="red",
+            )
     return table
 
 
@@ -49,7 +56,9 @@ def summary(tris: dict[str, Triangulation]) -> Text:
         text.append(f"{key}: ", style="bold")
         verdict_style = "red" if tri.wall_near or tri.does_not_fit_at else "green" if tri.checks else ""
         text.append(f"{tri.verdict}\n", style=verdict_style)
-        text.append(f"  touched {fmt_slope(tri.touched, short=True)} · allocated {fmt_slope(tri.allocated, short=True)}")
+        text.append(
+            f"  touched {fmt_slope(tri.touched, short=True)} · allocated {fmt_slope(tri.allocated, short=True)}"
+        )
         if tri.theory_bytes_per_token:
             text.append(f" · theory KV {tri.theory_bytes_per_token / KiB:.2f} KiB/tok")
         text.append("\n")
@@ -67,8 +76,9 @@ def summary(tris: dict[str, Triangulation]) -> Text:
         text.append("\n")
     for ratio in kv_ratios(tris):
         m = ratio["measured_touched"]
-        text.append(f"  {ratio['types']}: measured {'–' if m is None else f'{m:.2f}'}"
-                    f" (expected {ratio['expected']:.2f})\n")
+        text.append(
+            f"  {ratio['types']}: measured {'–' if m is None else f'{m:.2f}'} (expected {ratio['expected']:.2f})\n"
+        )
     return text
 
 
@@ -113,15 +123,25 @@ def _draw_series(plt, series: dict[str, Triangulation], x: Axis, color: bool) ->
     for index, (key, tri) in enumerate(series.items()):
         line_color, point_color = _COLORS[index % len(_COLORS)] if color else ("default", "default")
         if tri.touched.bytes_per_token is not None:
-            plt.plot([x.lo, x.hi], [tri.touched.at(x.lo), tri.touched.at(x.hi)], color=line_color,
-                     label="fit" if single else None)
+            plt.plot(
+                [x.lo, x.hi],
+                [tri.touched.at(x.lo), tri.touched.at(x.hi)],
+                color=line_color,
+                label="fit" if single else None,
+            )
         pts = _measured(tri)
-        plt.scatter([pt.n_ctx for pt in pts], [pt.touched_bytes for pt in pts], marker="●", color=point_color,
-                    label="measured" if single else key)
+        plt.scatter(
+            [pt.n_ctx for pt in pts],
+            [pt.touched_bytes for pt in pts],
+            marker="●",
+            color=point_color,
+            label="measured" if single else key,
+        )
 
 
-def _mark_cliffs(plt, series: dict[str, Triangulation], x: Axis, y: Axis, capacity: float | None, width: int,
-                 color: bool) -> list[str]:
+def _mark_cliffs(
+    plt, series: dict[str, Triangulation], x: Axis, y: Axis, capacity: float | None, width: int, color: bool
+) -> list[str]:
     """Marks each cliff on the chart; returns a line for each one past its right edge."""
     notes = []
     for key, tri in series.items():
@@ -161,8 +181,9 @@ def _y_axis(series: dict[str, Triangulation], x: Axis, capacity: float | None, h
     return byte_axis(lo, hi, max(2, round((height - 4) / Y_TICK_ROWS))), shown
 
 
-def _mark_cliff(plt, tri: Triangulation, cliff: int, name: str, x: Axis, y: Axis, capacity: float | None,
-                width: int, color: bool) -> None:
+def _mark_cliff(
+    plt, tri: Triangulation, cliff: int, name: str, x: Axis, y: Axis, capacity: float | None, width: int, color: bool
+) -> None:
     """A vertical line at the cliff and a labelled point where the fitted line meets it."""
     red = "red" if color else "default"
     plt.vline(cliff, red)
@@ -172,8 +193,13 @@ def _mark_cliff(plt, tri: Triangulation, cliff: int, name: str, x: Axis, y: Axis
         plt.scatter([cliff], [at], marker="◆", color=red)
     column = (x.hi - x.lo) / max(1, width - 12)
     left = cliff > (x.lo + x.hi) / 2
-    plt.text(f"{name} ≈ {fmt_tokens(cliff)}", cliff - column if left else cliff + column,
-             (y.lo + y.hi) / 2 if at is None else at, color=red, alignment="right" if left else "left")
+    plt.text(
+        f"{name} ≈ {fmt_tokens(cliff)}",
+        cliff - column if left else cliff + column,
+        (y.lo + y.hi) / 2 if at is None else at,
+        color=red,
+        alignment="right" if left else "left",
+    )
 
 
 @dataclass(frozen=True)
@@ -230,8 +256,13 @@ def pane(p: Pipeline, width: int, chart_height: int, color: bool = True) -> Rend
     plan = p.plan
     if plan is not None:
         depths = ", ".join(f"{d:,}" for d in plan.depths)
-        parts.append(Text(f"depths {depths} · target {p.target or plan.target:,} tokens"
-                          + (f" · {plan.note}" if plan.note else ""), style="dim"))
+        parts.append(
+            Text(
+                f"depths {depths} · target {p.target or plan.target:,} tokens"
+                + (f" · {plan.note}" if plan.note else ""),
+                style="dim",
+            )
+        )
     parts.append(runs_table(p.results, p.failures))
     if tris:
         parts.append(summary(tris))

@@ -28,10 +28,17 @@ GREEN, AMBER, RED, DIM = Style(color="green"), Style(color="yellow"), Style(colo
 CYAN = Style(color="cyan")
 BOLD = Style(bold=True)
 Parts = list[tuple[str, Style | None]]  # one line of styled text
-LEVEL_MARK = {"ok": ("✓", GREEN), "info": ("i", Style(color="cyan")), "amber": ("▲", AMBER),
-              "red": ("✖", RED), "na": ("–", DIM)}
-NO_SOURCE = ("no token source — `cliff-tui run` loads a model and measures here; "
-             "`cliff-tui attach` watches your llama-server or Ollama")
+LEVEL_MARK = {
+    "ok": ("✓", GREEN),
+    "info": ("i", Style(color="cyan")),
+    "amber": ("▲", AMBER),
+    "red": ("✖", RED),
+    "na": ("–", DIM),
+}
+NO_SOURCE = (
+    "no token source — `cliff-tui run` loads a model and measures here; "
+    "`cliff-tui attach` watches your llama-server or Ollama"
+)
 
 
 def fill_style(fraction: float) -> Style:
@@ -84,14 +91,17 @@ class Panel:
         """Its lines in parts, each with a key (equal keys draw equal lines): the headline and
         the note change with every sample, the graph once a column, and each is rebuilt alone.
         The lines are segments cropped to the width, drawn without a Rich layout pass."""
-        parts: list[Part] = [((self.title, self.value),
-                              lambda width: [fit_line([(self.title, BOLD), ("  " + self.value, None)], width)])]
+        parts: list[Part] = [
+            ((self.title, self.value), lambda width: [fit_line([(self.title, BOLD), ("  " + self.value, None)], width)])
+        ]
         if self.graphs:
-            parts.append(((self.title, self.version, self.rows),
-                          lambda width: _graph_lines(self.graphs, width, self.rows)))
+            parts.append(
+                ((self.title, self.version, self.rows), lambda width: _graph_lines(self.graphs, width, self.rows))
+            )
         if self.note:
-            parts.append(((self.note, str(self.note_style)),
-                          lambda width: [fit_line([(self.note, self.note_style)], width)]))
+            parts.append(
+                ((self.note, str(self.note_style)), lambda width: [fit_line([(self.note, self.note_style)], width)])
+            )
         return tuple(parts)
 
 
@@ -121,7 +131,7 @@ def _graph_lines(graphs: tuple[Scaled, ...], width: int, rows: int) -> list[list
     return lines
 
 
-def graph_rows(height: int, panels: list["Panel"], most: int = 24) -> int:
+def graph_rows(height: int, panels: list[Panel], most: int = 24) -> int:
     """Rows of graph per tier so that the tiers fill ``height`` lines, at least one."""
     graphed = sum(1 for panel in panels if panel.graphs)
     fixed = sum(panel.n_lines - (panel.rows if panel.graphs else 0) for panel in panels)
@@ -130,7 +140,7 @@ def graph_rows(height: int, panels: list["Panel"], most: int = 24) -> int:
     return max(1, min(most, (height - fixed) // graphed))
 
 
-def with_rows(panels: list["Panel"], rows: int) -> list["Panel"]:
+def with_rows(panels: list[Panel], rows: int) -> list[Panel]:
     return [replace(panel, rows=rows) for panel in panels]
 
 
@@ -190,8 +200,9 @@ def _console() -> Console:
     return Console(file=io.StringIO(), width=80)
 
 
-def _byte_graphs(p: Pipeline, name: str, capacity: int | None, per_column: int, cliff: bool = False,
-                 width: int = 256) -> tuple[Scaled, ...]:
+def _byte_graphs(
+    p: Pipeline, name: str, capacity: int | None, per_column: int, cliff: bool = False, width: int = 256
+) -> tuple[Scaled, ...]:
     """A byte series on its tier's scale (the cliff line on it where this is the cliff tier) and
     zoomed around the session's own range, ``per_column`` samples a column."""
     values = p.history.get(name).columns(width, per_column)
@@ -199,11 +210,17 @@ def _byte_graphs(p: Pipeline, name: str, capacity: int | None, per_column: int, 
     if capacity:
         mark = capacity - th.default_reserve(capacity) if cliff else None
         style = lambda v: fill_style(v / capacity)  # noqa: E731
-        out.append(Scaled(Graph(values, 0, capacity, style, DIM, mark), fmt_bytes(capacity), "0",
-                          "cliff ╌" if mark is not None else "capacity"))
+        out.append(
+            Scaled(
+                Graph(values, 0, capacity, style, DIM, mark),
+                fmt_bytes(capacity),
+                "0",
+                "cliff ╌" if mark is not None else "capacity",
+            )
+        )
     top = max((v for v in values if v is not None), default=0)
     lo, hi = zoom_range(values, ZOOM_MIN_SPAN, GiB if top >= GiB else MiB)  # round ends in the unit shown
-    style = (lambda v: fill_style(v / capacity)) if capacity else None  # noqa: E731
+    style = (lambda v: fill_style(v / capacity)) if capacity else None
     out.append(Scaled(Graph(values, lo, hi, style, DIM), fmt_bytes(hi), fmt_bytes(lo), "zoom"))
     return tuple(out)
 
@@ -236,25 +253,41 @@ def _vram_panel(p: Pipeline, g: GpuReading, per_column: int) -> Panel:
         style = AMBER
     if used is None:
         note, style = g.reasons.get("vram_used_bytes", "n/a"), AMBER
-    return Panel(f"gpu{g.index}", f"GPU{g.index} VRAM", f"{value}  · {g.name}",
-                 _byte_graphs(p, f"gpu{g.index}.vram", total, per_column, cliff=True),
-                 note, style, _version(p, f"gpu{g.index}.vram", per_column))
+    return Panel(
+        f"gpu{g.index}",
+        f"GPU{g.index} VRAM",
+        f"{value}  · {g.name}",
+        _byte_graphs(p, f"gpu{g.index}.vram", total, per_column, cliff=True),
+        note,
+        style,
+        _version(p, f"gpu{g.index}.vram", per_column),
+    )
 
 
 def _shared_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     known = [g for g in s.gpus if g.shared_used_bytes is not None]
     if not known:
-        reason = next((g.reasons.get("shared_used_bytes") for g in s.gpus if g.reasons.get("shared_used_bytes")),
-                      "not available on this platform")
+        reason = next(
+            (g.reasons.get("shared_used_bytes") for g in s.gpus if g.reasons.get("shared_used_bytes")),
+            "not available on this platform",
+        )
         return Panel("shared", "Shared VRAM", "n/a", None, reason)
     g = max(known, key=lambda x: x.shared_used_bytes)
     hi = g.shared_total_bytes or s.ram.total_bytes
-    value = f"{fmt_bytes(g.shared_used_bytes)}" + (f" / {fmt_bytes(g.shared_total_bytes)}" if g.shared_total_bytes else "")
+    value = f"{fmt_bytes(g.shared_used_bytes)}" + (
+        f" / {fmt_bytes(g.shared_total_bytes)}" if g.shared_total_bytes else ""
+    )
     sign = p.signs.get(1)
     note, style = (sign.detail, _level_style(sign.level)) if sign else ("", DIM)
-    return Panel("shared", f"Shared VRAM (GPU{g.index})", value, _byte_graphs(p, f"gpu{g.index}.shared", hi, per_column),
-                 note, style,
-                 _version(p, f"gpu{g.index}.shared", per_column))
+    return Panel(
+        "shared",
+        f"Shared VRAM (GPU{g.index})",
+        value,
+        _byte_graphs(p, f"gpu{g.index}.shared", hi, per_column),
+        note,
+        style,
+        _version(p, f"gpu{g.index}.shared", per_column),
+    )
 
 
 def _ram_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
@@ -263,28 +296,57 @@ def _ram_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     note, style = (f"{sign.headline} — {sign.detail}", _level_style(sign.level)) if sign else ("", DIM)
     used, total = s.ram_used_bytes, s.ram_capacity_bytes
     if cg is not None and used is not None:
-        value = f"{fmt_bytes(used)} / {fmt_bytes(total)}  {fmt_share(used, total)}" \
-                f"  · the machine has {fmt_bytes(r.total_bytes)}"
-        return Panel("ram", cg.tier, value, _byte_graphs(p, "ram.cgroup", total, per_column, cliff=not s.gpus), note,
-                     style, _version(p, "ram.cgroup", per_column))
-    value = f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {fmt_share(r.used_bytes, r.total_bytes)}" \
-            f"  · available {fmt_bytes(r.available_bytes)}"
-    return Panel("ram", "System RAM", value, _byte_graphs(p, "ram.used", r.total_bytes, per_column, cliff=not s.gpus),
-                 note, style,
-                 _version(p, "ram.used", per_column))
+        value = (
+            f"{fmt_bytes(used)} / {fmt_bytes(total)}  {fmt_share(used, total)}"
+            f"  · the machine has {fmt_bytes(r.total_bytes)}"
+        )
+        return Panel(
+            "ram",
+            cg.tier,
+            value,
+            _byte_graphs(p, "ram.cgroup", total, per_column, cliff=not s.gpus),
+            note,
+            style,
+            _version(p, "ram.cgroup", per_column),
+        )
+    value = (
+        f"{fmt_bytes(r.used_bytes)} / {fmt_bytes(r.total_bytes)}  {fmt_share(r.used_bytes, r.total_bytes)}"
+        f"  · available {fmt_bytes(r.available_bytes)}"
+    )
+    return Panel(
+        "ram",
+        "System RAM",
+        value,
+        _byte_graphs(p, "ram.used", r.total_bytes, per_column, cliff=not s.gpus),
+        note,
+        style,
+        _version(p, "ram.used", per_column),
+    )
 
 
 def _swap_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     sw = s.swap
     if sw.total_bytes == 0:
-        return Panel("swap", "Swap", "none configured", None,
-                     "no swap: past RAM the kernel kills the process instead of slowing it")
+        return Panel(
+            "swap",
+            "Swap",
+            "none configured",
+            None,
+            "no swap: past RAM the kernel kills the process instead of slowing it",
+        )
     value = f"{fmt_bytes(sw.used_bytes)} / {fmt_bytes(sw.total_bytes)}  {fmt_share(sw.used_bytes, sw.total_bytes)}"
     note, style = "", DIM
     if not s.gpus and (sign := p.signs.get(1)) is not None:
         note, style = sign.detail, _level_style(sign.level)
-    return Panel("swap", "Swap", value, _byte_graphs(p, "swap.used", sw.total_bytes, per_column), note, style,
-                 _version(p, "swap.used", per_column))
+    return Panel(
+        "swap",
+        "Swap",
+        value,
+        _byte_graphs(p, "swap.used", sw.total_bytes, per_column),
+        note,
+        style,
+        _version(p, "swap.used", per_column),
+    )
 
 
 def _process_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
@@ -296,8 +358,13 @@ def _process_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
         value += f" (incl. {proc.n_children} children {fmt_bytes(proc.children_rss_bytes)})"
     if proc.gpu_used_bytes is not None:
         value += f"  · GPU {fmt_bytes(proc.gpu_used_bytes)}"
-    return Panel("proc", f"PID {proc.pid} {proc.name or ''}".rstrip(" "), value,
-                 _byte_graphs(p, "process.rss", s.ram_capacity_bytes, per_column), version=_version(p, "process.rss", per_column))
+    return Panel(
+        "proc",
+        f"PID {proc.pid} {proc.name or ''}".rstrip(" "),
+        value,
+        _byte_graphs(p, "process.rss", s.ram_capacity_bytes, per_column),
+        version=_version(p, "process.rss", per_column),
+    )
 
 
 def _quota_panel(use: QuotaUse, process: ProcessReading | None) -> Panel:
@@ -348,8 +415,12 @@ def signs_line(signs: dict[int, SignState]) -> Parts:
         if state is None:
             continue
         mark, style = LEVEL_MARK.get(state.level, ("?", DIM))
-        parts += [(f" {mark} ", style + BOLD), (f"{n} {names[n]}: ", BOLD),
-                  (state.headline, style if state.level in ("amber", "red") else None), ("  ", None)]
+        parts += [
+            (f" {mark} ", style + BOLD),
+            (f"{n} {names[n]}: ", BOLD),
+            (state.headline, style if state.level in ("amber", "red") else None),
+            ("  ", None),
+        ]
     return parts
 
 
@@ -366,11 +437,21 @@ def gauge_line(p: Pipeline) -> Parts:
     if gauge.tokens > 0:
         filled = max(filled, 1)
     source = "measured" if gauge.source == "measured" else "from this run's KV cache"
-    return [(" cliff ", BOLD), ("▕", DIM), ("█" * filled, style), ("░" * (GAUGE_CELLS - filled), DIM), ("▏ ", DIM),
-            (f"{gauge.tokens:,} tokens: past the cliff at ~{_about(gauge.max_context):,}" if gauge.level == "red"
-             else f"{gauge.tokens:,} of ~{_about(gauge.max_context):,} tokens before the cliff", style),
-            (f" · {gauge.fraction:.0%}" if gauge.fraction >= 0.01 or not gauge.tokens else " · <1%", style),
-            (f"  on {gauge.tier} ({source})", DIM)]
+    return [
+        (" cliff ", BOLD),
+        ("▕", DIM),
+        ("█" * filled, style),
+        ("░" * (GAUGE_CELLS - filled), DIM),
+        ("▏ ", DIM),
+        (
+            f"{gauge.tokens:,} tokens: past the cliff at ~{_about(gauge.max_context):,}"
+            if gauge.level == "red"
+            else f"{gauge.tokens:,} of ~{_about(gauge.max_context):,} tokens before the cliff",
+            style,
+        ),
+        (f" · {gauge.fraction:.0%}" if gauge.fraction >= 0.01 or not gauge.tokens else " · <1%", style),
+        (f"  on {gauge.tier} ({source})", DIM),
+    ]
 
 
 def _about(n: int) -> int:
@@ -399,8 +480,13 @@ def progress_line(p: Pipeline) -> Parts:
         return [(f"{view.failure.kind.replace('_', ' ')}: {view.failure.message}", RED)]
     if view.result is not None:
         r = view.result
-        return [(f"done · n_ctx {r.n_ctx:,} · depth {r.depth:,} · {fmt_tok_s(r.baseline_tok_s)} → "
-                 f"{fmt_tok_s(r.depth_tok_s)} tok/s · {_cliff_words(r)}", None)]
+        return [
+            (
+                f"done · n_ctx {r.n_ctx:,} · depth {r.depth:,} · {fmt_tok_s(r.baseline_tok_s)} → "
+                f"{fmt_tok_s(r.depth_tok_s)} tok/s · {_cliff_words(r)}",
+                None,
+            )
+        ]
     if pr is None:
         return [("starting…", None)]
     parts = [pr.phase, f"depth {pr.depth:,}/{pr.depth_target:,}", f"n_ctx {view.started.n_ctx:,}"]
@@ -434,7 +520,9 @@ def session_line(p: Pipeline) -> Parts:
             in_ram = (m.size_bytes or 0) - (m.size_vram_bytes or 0)
             share = f" ({100 * in_ram / m.size_bytes:.0f} % of the model)" if m.size_bytes and in_ram > 0 else ""
             context = f", context {m.context_length:,}" if m.context_length else ""
-            parts.append(f"{m.name}: {fmt_bytes(m.size_vram_bytes)} in VRAM, {fmt_bytes(in_ram)} in RAM{share}{context}")
+            parts.append(
+                f"{m.name}: {fmt_bytes(m.size_vram_bytes)} in VRAM, {fmt_bytes(in_ram)} in RAM{share}{context}"
+            )
         if s.requests_processing:
             parts.append(f"{s.requests_processing} request(s) running")
     return [(" · ".join(parts), AMBER if warn else None)]

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, RichLog, Static
-
-from rich.text import Text
 
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.text import LOG_LIMIT, inert

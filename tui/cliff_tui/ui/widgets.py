@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
@@ -145,8 +146,9 @@ class LineView(Widget):
         """The parts' lines at ``width``, each part built again only where its key or the width
         changed."""
         built = {(key, w): lines for key, w, lines in self._built}
-        self._built = [(key, width, built[key, width] if (key, width) in built else lines(width))
-                       for key, lines in self._parts]
+        self._built = [
+            (key, width, built[key, width] if (key, width) in built else lines(width)) for key, lines in self._parts
+        ]
         return [line for _, _, lines in self._built for line in lines]
 
     def _build(self, keys: tuple, width: int) -> list[Strip]:
@@ -155,8 +157,12 @@ class LineView(Widget):
             self._base, self._lines = self.rich_style, []
             self._look = (self._plain(), self.background_colors[1])
         lines, old, old_lines = self._make(width), self._strips, self._lines
-        self._strips = [old[y] if y < len(old_lines) and (old_lines[y] is line or old_lines[y] == line)
-                        else self._strip(line, width) for y, line in enumerate(lines)]
+        self._strips = [
+            old[y]
+            if y < len(old_lines) and (old_lines[y] is line or old_lines[y] == line)
+            else self._strip(line, width)
+            for y, line in enumerate(lines)
+        ]
         self._lines, self._drawn = lines, (keys, width)
         return old
 
@@ -189,7 +195,7 @@ class LineView(Widget):
         width = self._built_for_width()
         if not self._look[0]:
             return super().render_lines(crop)
-        strips = self._filtered(crop.bottom)[crop.y:crop.bottom]
+        strips = self._filtered(crop.bottom)[crop.y : crop.bottom]
         if crop.column_span != (0, width):
             strips = [strip.crop(*crop.column_span) for strip in strips]
         return strips
@@ -217,9 +223,14 @@ class LineView(Widget):
 
     def _plain(self) -> bool:
         styles = self.styles
-        return (not any(styles.gutter) and not any(edge for edge, _ in styles.outline) and not styles.tint.a
-                and self.opacity == 1.0 and styles.text_opacity == 1.0
-                and not (styles.has_rule("hatch") and styles.hatch != "none"))
+        return (
+            not any(styles.gutter)
+            and not any(edge for edge, _ in styles.outline)
+            and not styles.tint.a
+            and self.opacity == 1.0
+            and styles.text_opacity == 1.0
+            and not (styles.has_rule("hatch") and styles.hatch != "none")
+        )
 
     def render_line(self, y: int) -> Strip:
         self._built_for_width()
@@ -242,7 +253,7 @@ def _row_runs(rows: list[int], width: int) -> list[Region]:
     """Each run of consecutive rows as one region ``width`` wide."""
     regions: list[Region] = []
     start = previous = rows[0]
-    for y in rows[1:] + [-1]:
+    for y in [*rows[1:], -1]:
         if y != previous + 1:
             regions.append(Region(0, start, width, previous - start + 1))
             start = y
@@ -269,7 +280,14 @@ class KeysLine(LineView):
     def show_keys(self, keys: list[tuple[str, str, str]]) -> None:
         """``keys``: each key as shown, what it does, and the app's action it runs."""
         key_style = self.get_component_rich_style("keys-line--key", partial=True)
-        line = [segment for shown, description, action in keys
-                for segment in (Segment(f" {shown} ", key_style + Style.from_meta({"@click": f"app.{action}"})),
-                                Segment(f"{description} ", Style.from_meta({"@click": f"app.{action}"})))]
-        self.show(tuple(keys), lambda width: [Segment.adjust_line_length(line, width) if width < line_cells(line) else line])
+        line = [
+            segment
+            for shown, description, action in keys
+            for segment in (
+                Segment(f" {shown} ", key_style + Style.from_meta({"@click": f"app.{action}"})),
+                Segment(f"{description} ", Style.from_meta({"@click": f"app.{action}"})),
+            )
+        ]
+        self.show(
+            tuple(keys), lambda width: [Segment.adjust_line_length(line, width) if width < line_cells(line) else line]
+        )

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from cliff_tui.events import SessionReading
 from cliff_tui.probes.endpoints import llama_server, ollama

@@ -12,9 +12,10 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from cliff_tui.events import ServerKind, ServerStatus, SessionReading
 from cliff_tui.probes.endpoints.deadline import WATCHDOG, Exchange
@@ -24,9 +25,27 @@ from cliff_tui.units import MiB, fmt_bytes, is_number
 
 MAX_BODY_BYTES = 16 * MiB  # /slots carries every slot's prompt text: large in a long chat
 # what a user may paste after the base URL: the servers' own API paths (the longest first)
-_API_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/chat/completions",
-              "/completions", "/completion", "/embeddings", "/models", "/metrics", "/slots", "/props", "/health",
-              "/tokenize", "/api/generate", "/api/chat", "/api/tags", "/api/ps", "/api/version")
+_API_PATHS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/models",
+    "/chat/completions",
+    "/completions",
+    "/completion",
+    "/embeddings",
+    "/models",
+    "/metrics",
+    "/slots",
+    "/props",
+    "/health",
+    "/tokenize",
+    "/api/generate",
+    "/api/chat",
+    "/api/tags",
+    "/api/ps",
+    "/api/version",
+)
 _USER_AGENT = "cliff-tui"
 
 
@@ -57,8 +76,10 @@ def normalise_url(url: str) -> str:
         text = "http://" + text
     authority = re.split(r"[/?#]", text.split("://", 1)[1], maxsplit=1)[0]
     if "@" in authority:  # refused before any message could show the password
-        raise BadUrl(f"the URL for {authority.rsplit('@', 1)[1]!r} carries a user name or password, which "
-                     "cliff-tui does not send (nor print): give http(s)://host[:port]")
+        raise BadUrl(
+            f"the URL for {authority.rsplit('@', 1)[1]!r} carries a user name or password, which "
+            "cliff-tui does not send (nor print): give http(s)://host[:port]"
+        )
     try:
         parts = urllib.parse.urlsplit(text)
     except ValueError:  # an unclosed or invalid [IPv6] host
@@ -66,7 +87,7 @@ def normalise_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in parts.netloc):
         raise BadUrl(f"{url!r} is not an http(s)://host[:port] URL")
     try:
-        parts.port
+        _ = parts.port  # urllib checks the port only when it is read
     except ValueError:
         raise BadUrl(f"{url!r} has a bad port") from None
     path = parts.path.rstrip("/")
@@ -99,8 +120,7 @@ class _Watched:
             self._create_connection = partial(_watched_socket, self._exchange, self._create_connection)
 
 
-def _watched_socket(exchange: Exchange, make: Callable[..., socket.socket], *args: Any,
-                    **kwargs: Any) -> socket.socket:
+def _watched_socket(exchange: Exchange, make: Callable[..., socket.socket], *args: Any, **kwargs: Any) -> socket.socket:
     sock = make(*args, **kwargs)
     WATCHDOG.watch(exchange, sock)
     return sock
@@ -218,8 +238,9 @@ def describe_network_error(url: str, exc: BaseException, timeout: float) -> str:
 Getter = Callable[[str, float], Reply]  # fetch(), or a stand-in in tests
 
 
-def server_reading(t: float, source: ServerKind, url: str, status: ServerStatus, message: str,
-                   **fields: Any) -> SessionReading:
+def server_reading(
+    t: float, source: ServerKind, url: str, status: ServerStatus, message: str, **fields: Any
+) -> SessionReading:
     """The reading, its words made inert: messages and reasons quote what the server sent."""
     if "reasons" in fields:
         fields["reasons"] = {k: inert(v) for k, v in fields["reasons"].items()}

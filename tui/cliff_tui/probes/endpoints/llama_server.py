@@ -24,7 +24,13 @@ from typing import Any
 
 from cliff_tui.events import SessionReading, SlotReading
 from cliff_tui.probes.endpoints.http import (
-    Getter, Reply, as_int, describe_body, fetch, normalise_url, server_reading,
+    Getter,
+    Reply,
+    as_int,
+    describe_body,
+    fetch,
+    normalise_url,
+    server_reading,
 )
 from cliff_tui.probes.endpoints.ollama import is_ollama
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
@@ -75,20 +81,28 @@ def probe_llama_server(url: str, timeout: float = 2.0, *, get: Getter = fetch) -
     if reply.status == 200:
         return _from_metrics(t, base, reply, timeout, get)
     return _metrics_refused(t, base, reply, timeout, get)
+
+
 def _from_metrics(t: float, base: str, reply: Reply, timeout: float, get: Getter) -> LlamaServerRead:
     values = parse_prometheus(reply.body)
     if not any(name.startswith("llamacpp:") for name in values):
-        return LlamaServerRead(server_reading(t, LLAMA_SERVER, base, "not-llama",
-                                        _not_llama_message(base, reply, timeout, get)))
+        return LlamaServerRead(
+            server_reading(t, LLAMA_SERVER, base, "not-llama", _not_llama_message(base, reply, timeout, get))
+        )
     read = _fill_tokens_from_metrics(read_slots(base, timeout, get=get), values)
     reading = server_reading(
-        t, LLAMA_SERVER, base, "ok", "",
+        t,
+        LLAMA_SERVER,
+        base,
+        "ok",
+        "",
         tokens_predicted_total=values.get("llamacpp:tokens_predicted_total"),
         tokens_predicted_seconds_total=values.get("llamacpp:tokens_predicted_seconds_total"),
         prompt_tokens_total=values.get("llamacpp:prompt_tokens_total"),
         prompt_seconds_total=values.get("llamacpp:prompt_seconds_total"),
         requests_processing=as_int(values.get("llamacpp:requests_processing")),
-        slots=read.slots, reasons=read.reasons,
+        slots=read.slots,
+        reasons=read.reasons,
     )
     return LlamaServerRead(reading, read)
 
@@ -96,16 +110,27 @@ def _from_metrics(t: float, base: str, reply: Reply, timeout: float, get: Getter
 def _metrics_refused(t: float, base: str, reply: Reply, timeout: float, get: Getter) -> LlamaServerRead:
     error = llama_error(reply)
     if error is not None and reply.status == 501 and "metrics" in error.lower():
-        return _no_metrics(t, base, f"llama-server runs without --metrics: {METRICS_HINT} (slots are still read)",
-                           read_slots(base, timeout, get=get))
+        return _no_metrics(
+            t,
+            base,
+            f"llama-server runs without --metrics: {METRICS_HINT} (slots are still read)",
+            read_slots(base, timeout, get=get),
+        )
     if error is not None:
-        return LlamaServerRead(server_reading(t, LLAMA_SERVER, base, "error", _llama_error_message(reply.status, error)))
+        return LlamaServerRead(
+            server_reading(t, LLAMA_SERVER, base, "error", _llama_error_message(reply.status, error))
+        )
     props = get(base + "/props", timeout)
     if _looks_like_props(props.json() if props.status == 200 else None):
-        return _no_metrics(t, base, f"llama-server answered /metrics with HTTP {reply.status}: {METRICS_HINT}",
-                           read_slots(base, timeout, get=get))
-    return LlamaServerRead(server_reading(t, LLAMA_SERVER, base, "not-llama",
-                                    _not_llama_message(base, reply, timeout, get)))
+        return _no_metrics(
+            t,
+            base,
+            f"llama-server answered /metrics with HTTP {reply.status}: {METRICS_HINT}",
+            read_slots(base, timeout, get=get),
+        )
+    return LlamaServerRead(
+        server_reading(t, LLAMA_SERVER, base, "not-llama", _not_llama_message(base, reply, timeout, get))
+    )
 
 
 def read_model_file(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> str | None:
@@ -134,8 +159,10 @@ def llama_error(reply: Reply) -> str | None:
 
 def _llama_error_message(status: int | None, error: str) -> str:
     if status in (401, 403):
-        return f"llama-server refused the request (HTTP {status}: {error}): it runs with --api-key, " \
-               "which cliff-tui does not send; run it without one on loopback"
+        return (
+            f"llama-server refused the request (HTTP {status}: {error}): it runs with --api-key, "
+            "which cliff-tui does not send; run it without one on loopback"
+        )
     if status == 503:
         return f"llama-server is not ready (HTTP 503: {error})"
     return f"llama-server answered /metrics with HTTP {status}: {error}"
@@ -151,6 +178,8 @@ def _not_llama_message(base: str, reply: Reply, timeout: float, get: Getter) -> 
     if is_ollama(base, timeout, get):
         hint = f"this is Ollama: use --ollama {base}"
     return f"{base} is not llama-server (/metrics gave HTTP {reply.status}, {what}): {hint}"
+
+
 def read_slots(base: str, timeout: float, *, get: Getter = fetch) -> SlotsRead:
     reply = get(base + "/slots", timeout)
     t = time.time()
@@ -191,8 +220,12 @@ def parse_slots(body: Any) -> tuple[SlotReading, ...]:
 
 
 def _slot(index: int, item: dict[str, Any]) -> SlotReading:
-    return SlotReading(id=_slot_id(index, item), n_ctx=as_int(item.get("n_ctx")), tokens_used=_slot_tokens(item),
-                       processing=_processing(item))
+    return SlotReading(
+        id=_slot_id(index, item),
+        n_ctx=as_int(item.get("n_ctx")),
+        tokens_used=_slot_tokens(item),
+        processing=_processing(item),
+    )
 
 
 def _slot_id(index: int, item: dict[str, Any]) -> int:
@@ -221,9 +254,13 @@ def _slot_tokens(item: dict[str, Any]) -> int | None:
 def parse_progress(body: Any) -> tuple[SlotProgress, ...]:
     if not isinstance(body, list):
         return ()
-    return tuple(SlotProgress(_slot_id(i, item), as_int(item.get("id_task", item.get("task_id"))),
-                              _n_decoded(item), _processing(item))
-                 for i, item in enumerate(body) if isinstance(item, dict))
+    return tuple(
+        SlotProgress(
+            _slot_id(i, item), as_int(item.get("id_task", item.get("task_id"))), _n_decoded(item), _processing(item)
+        )
+        for i, item in enumerate(body)
+        if isinstance(item, dict)
+    )
 
 
 def _n_decoded(item: dict[str, Any]) -> int | None:

@@ -27,9 +27,13 @@ def read_ollama(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> Sessi
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         message = f"Ollama answered /api/ps with HTTP {reply.status}: {body['error']}"
         return server_reading(t, OLLAMA, base, "error", message)
-    return server_reading(t, OLLAMA, base, "not-llama",
-                    f"{base} is not Ollama (/api/ps gave HTTP {reply.status}, {describe_body(reply)}): "
-                    "check the URL and port")
+    return server_reading(
+        t,
+        OLLAMA,
+        base,
+        "not-llama",
+        f"{base} is not Ollama (/api/ps gave HTTP {reply.status}, {describe_body(reply)}): check the URL and port",
+    )
 
 
 def _from_ps(t: float, base: str, items: list[Any]) -> SessionReading:
@@ -43,8 +47,12 @@ def _from_ps(t: float, base: str, items: list[Any]) -> SessionReading:
 
 def _served_model(item: dict[str, Any]) -> ServedModel:
     name = item.get("name") or item.get("model") or "?"
-    return ServedModel(name=inert(str(name)), size_bytes=as_int(item.get("size")),
-                       size_vram_bytes=as_int(item.get("size_vram")), context_length=as_int(item.get("context_length")))
+    return ServedModel(
+        name=inert(str(name)),
+        size_bytes=as_int(item.get("size")),
+        size_vram_bytes=as_int(item.get("size_vram")),
+        context_length=as_int(item.get("context_length")),
+    )
 
 
 def is_ollama(base: str, timeout: float, get: Getter = fetch) -> bool:

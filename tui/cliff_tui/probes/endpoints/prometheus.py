@@ -26,20 +26,24 @@ def parse_prometheus(text: str) -> dict[str, float]:
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     try:
         return _values("\n".join(lines) + "\n")
-    except Exception:  # noqa: BLE001 - any text a server sends: read what can be read
+    except Exception:
         values: dict[str, float] = {}
         for line in lines:
             try:
                 values.update(_values(line + "\n"))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 continue
         return values
 
 
 def _values(text: str) -> dict[str, float]:
     """NaN and ±Inf are left out: every sample read here is a count, a total or a gauge."""
-    return {_key(s.name, s.labels): float(s.value)
-            for family in text_string_to_metric_families(text) for s in family.samples if math.isfinite(s.value)}
+    return {
+        _key(s.name, s.labels): float(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if math.isfinite(s.value)
+    }
 
 
 def _key(name: str, labels: dict[str, str]) -> str:
@@ -50,4 +54,3 @@ def _key(name: str, labels: dict[str, str]) -> str:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
