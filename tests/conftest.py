@@ -5,27 +5,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+from paths import CHILD_BYTES
 
 # Snapshots are rendered in colour with the default theme: a user's NO_COLOR/TEXTUAL_THEME must
 # not leak into them (pytest-textual-snapshot compares exact SVGs).
 for _var in ("NO_COLOR", "TEXTUAL_THEME", "FORCE_COLOR"):
     os.environ.pop(_var, None)
 
-DATA = Path(__file__).parent / "data"
-
-
-CHILD_BYTES = 50_000_000
-
-
-def free_pid() -> int:
-    """A PID no process has now: the highest one free below the kernel's limit."""
-    limit = Path("/proc/sys/kernel/pid_max")
-    top = int(limit.read_text()) if limit.exists() else 99_999
-    return next(pid for pid in range(top - 1, 1, -1) if not psutil.pid_exists(pid))
+# Fixtures kept in tests/support (on pytest's pythonpath), each module a plugin of its own.
+pytest_plugins = ["cgroup_fixtures", "llama_server"]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 
 import cgroup_cliff as cc
 
-TESTS = Path(__file__).parent
+SUPPORT = Path(__file__).parent / "support"
 
 
 @pytest.fixture
@@ -41,11 +41,13 @@ def test_undone_when_the_body_raises(root_with_memory_cgroups, kind):
 
 
 def test_undone_on_sigterm(root_with_memory_cgroups, tmp_path):
-    code = (f"import sys, time; sys.path[:0] = [{str(TESTS)!r}]; import cgroup_cliff as cc\n"
-            "with cc.sandbox(64 * cc.MiB, 64 * cc.MiB) as box:\n"
-            "    box.popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-            "    print(box.swap.device, box.cgroup.directory, flush=True)\n"
-            "    time.sleep(60)\n")
+    code = (
+        f"import sys, time; sys.path[:0] = [{str(SUPPORT)!r}]; import cgroup_cliff as cc\n"
+        "with cc.sandbox(64 * cc.MiB, 64 * cc.MiB) as box:\n"
+        "    box.popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "    print(box.swap.device, box.cgroup.directory, flush=True)\n"
+        "    time.sleep(60)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     device, directory = proc.stdout.readline().split()
     assert device in cc.active_swaps() and Path(directory).is_dir()
@@ -57,11 +59,13 @@ def test_undone_on_sigterm(root_with_memory_cgroups, tmp_path):
 
 def test_leftovers_of_a_killed_owner_are_removed_next_time(root_with_memory_cgroups):
     """SIGKILL leaves the swap and the cgroup; the next sandbox removes them (their owner is dead)."""
-    code = (f"import sys, time; sys.path[:0] = [{str(TESTS)!r}]; import cgroup_cliff as cc\n"
-            "made = cc.sandbox(64 * cc.MiB, 64 * cc.MiB)\n"  # kept: a dropped generator would clean up
-            "box = made.__enter__()\n"
-            "print(box.swap.device, box.cgroup.directory, flush=True)\n"
-            "time.sleep(60)\n")
+    code = (
+        f"import sys, time; sys.path[:0] = [{str(SUPPORT)!r}]; import cgroup_cliff as cc\n"
+        "made = cc.sandbox(64 * cc.MiB, 64 * cc.MiB)\n"  # kept: a dropped generator would clean up
+        "box = made.__enter__()\n"
+        "print(box.swap.device, box.cgroup.directory, flush=True)\n"
+        "time.sleep(60)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     device, directory = proc.stdout.readline().split()
     proc.kill()

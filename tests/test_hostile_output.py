@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
+from recording.test_recording import ALL_EVENTS, RESULT, SAMPLE
 
 from cliff_tui.events import Alert, CpuQuota, Notice, RunFailed
 from cliff_tui.headless import Headless, watch_line
@@ -25,7 +26,6 @@ from cliff_tui.report import RUN_COLUMNS, csv_cell, dumps, markdown_table, run_r
 from cliff_tui.session import Session
 from cliff_tui.text import inert
 from hostile import EVIL, HOSTILE, hostile_text
-from recording.test_recording import ALL_EVENTS, RESULT, SAMPLE
 from tiny_model import write_tiny_llama
 
 DATA = Path(__file__).parent / "data"
@@ -33,15 +33,17 @@ DATA = Path(__file__).parent / "data"
 
 def runnable(text: str) -> list[str]:
     """Characters a terminal acts on, or that hide or reorder text; a newline ends a line."""
-    return sorted({f"U+{ord(ch):04X}" for ch in text
-                   if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") and ch != "\n"})
+    return sorted(
+        {f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") and ch != "\n"}
+    )
 
 
 def hostile_result(text: str):
     """A run whose model name, path, cache type and verdict hold ``text``."""
     settings_ = replace(RESULT.settings, model_path=f"/m/{text}.gguf", cache_type_k=text)
-    return replace(RESULT, model_name=text, settings=settings_, verdict=replace(RESULT.verdict, text=text),
-                   kv_buffers={text: 5})
+    return replace(
+        RESULT, model_name=text, settings=settings_, verdict=replace(RESULT.verdict, text=text), kv_buffers={text: 5}
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -67,8 +69,19 @@ def test_every_table_format_is_safe_and_keeps_its_syntax(text):
     assert rows[0]["model"] in (shown, "'" + shown)
 
 
-FORMULAS = ("=HYPERLINK(\"http://evil\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1", "-", "=1|2",
-            "-cmd|' /C calc'!A0", "+5% ", "-3 MiB+1")
+FORMULAS = (
+    '=HYPERLINK("http://evil")',
+    "+1+1",
+    "-2+3",
+    "@SUM(A1)",
+    "\t=1",
+    "\r=1",
+    "-",
+    "=1|2",
+    "-cmd|' /C calc'!A0",
+    "+5% ",
+    "-3 MiB+1",
+)
 FORMULA = ("=", "+", "-", "@", "\t", "\r")
 FIGURE = re.compile(r"[-+]?\d[\d,]*(\.\d+)?( ?(%|B|KiB|MiB|GiB))?")
 FIGURES = ("-3%", "+12%", "-5.00 MiB", "-1,024", "-0.5", "-7 B")
@@ -107,10 +120,14 @@ def test_markdown_cells_that_spreadsheets_run_are_quoted_and_keep_the_table():
 
 def hostile_recording(path: Path, text: str) -> Path:
     """A recording (written by the recorder) whose strings hold ``text`` wherever a string goes."""
-    events = [replace(SAMPLE, gpus_reason=text, process=replace(SAMPLE.process, name=text)),
-              replace(ALL_EVENTS[1], gpus_reason=text),
-              *[e for e in ALL_EVENTS[2:] if not isinstance(e, (Alert,))],
-              RunFailed(5.0, "r3", "error", text), Notice(5.1, text, "warning"), Alert(5.2, 1, "red", text)]
+    events = [
+        replace(SAMPLE, gpus_reason=text, process=replace(SAMPLE.process, name=text)),
+        replace(ALL_EVENTS[1], gpus_reason=text),
+        *[e for e in ALL_EVENTS[2:] if not isinstance(e, (Alert,))],
+        RunFailed(5.0, "r3", "error", text),
+        Notice(5.1, text, "warning"),
+        Alert(5.2, 1, "red", text),
+    ]
     with Recorder.create(path, command=["run", text], force=True, record_text=True) as recorder:
         for event in events:
             recorder.write(_with_text(event, text))
@@ -133,8 +150,14 @@ def _with_text(event, text: str):
 def test_export_of_a_hostile_recording_is_safe_in_every_format(tmp_path, text):
     path = hostile_recording(tmp_path / "hostile.jsonl", text)
     shown = inert(text)
-    for fmt, table in (("md", "samples"), ("csv", "samples"), ("csv", "runs"), ("csv", "alerts"), ("json", ""),
-                       ("jsonl", "")):
+    for fmt, table in (
+        ("md", "samples"),
+        ("csv", "samples"),
+        ("csv", "runs"),
+        ("csv", "alerts"),
+        ("json", ""),
+        ("jsonl", ""),
+    ):
         out = export(str(path), fmt, table or "samples")
         assert not runnable(out), (fmt, table)
     doc = json.loads(export(str(path), "json"))
@@ -163,9 +186,28 @@ def test_headless_run_of_a_gguf_with_a_hostile_name(tmp_path):
     name = "[blink]GGUF-MARKUP[/blink]\x1b]0;GGUF-TITLE\x07"
     model = write_tiny_llama(tmp_path / "hostile.gguf", name=name)
     record = tmp_path / "run.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "run", "-m", str(model), "--depth", "64",
-                           "--n-gen", "4", "--headless", "-o", "md", "--record", str(record)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cliff_tui",
+            "run",
+            "-m",
+            str(model),
+            "--depth",
+            "64",
+            "--n-gen",
+            "4",
+            "--headless",
+            "-o",
+            "md",
+            "--record",
+            str(record),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout and not runnable(proc.stderr)
     assert "[blink]GGUF-MARKUP[/blink]␛]0;GGUF-TITLE␇" in proc.stdout
@@ -178,6 +220,7 @@ def test_headless_run_of_a_gguf_with_a_hostile_name(tmp_path):
 
 
 def test_watch_once_is_safe():
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--once"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", "watch", "--once"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and not runnable(proc.stdout)

@@ -23,18 +23,39 @@ PACKAGE_DIR = Path(cliff_tui.__file__).parent
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 REQUIRED = {
-    "cliff_tui.events", "cliff_tui.codec", "cliff_tui.bus", "cliff_tui.history", "cliff_tui.pipeline",
-    "cliff_tui.report", "cliff_tui.headless", "cliff_tui.cli", "cliff_tui.units", "cliff_tui.session",
-    "cliff_tui.errors", "cliff_tui.jobs.attach", "cliff_tui.jobs.run", "cliff_tui.recording.export",
-    "cliff_tui.analysis.signs", "cliff_tui.analysis.triangulation", "cliff_tui.analysis.theory",
+    "cliff_tui.events",
+    "cliff_tui.codec",
+    "cliff_tui.bus",
+    "cliff_tui.history",
+    "cliff_tui.pipeline",
+    "cliff_tui.report",
+    "cliff_tui.headless",
+    "cliff_tui.cli",
+    "cliff_tui.units",
+    "cliff_tui.session",
+    "cliff_tui.errors",
+    "cliff_tui.jobs.attach",
+    "cliff_tui.jobs.run",
+    "cliff_tui.recording.export",
+    "cliff_tui.analysis.signs",
+    "cliff_tui.analysis.triangulation",
+    "cliff_tui.analysis.theory",
     "cliff_tui.analysis.thresholds",
-    "cliff_tui.probes.system", "cliff_tui.probes.nvidia", "cliff_tui.probes.amd",
-    "cliff_tui.probes.shared_vram", "cliff_tui.probes.sampler",
-    "cliff_tui.recording.writer", "cliff_tui.recording.reader",
-    "cliff_tui.engine.gguf_meta", "cliff_tui.errors",
-    "cliff_tui.exporter.collector", "cliff_tui.exporter.plans", "cliff_tui.exporter.server", "cliff_tui.serve",
+    "cliff_tui.probes.system",
+    "cliff_tui.probes.nvidia",
+    "cliff_tui.probes.amd",
+    "cliff_tui.probes.shared_vram",
+    "cliff_tui.probes.sampler",
+    "cliff_tui.recording.writer",
+    "cliff_tui.recording.reader",
+    "cliff_tui.engine.gguf_meta",
+    "cliff_tui.exporter.collector",
+    "cliff_tui.exporter.plans",
+    "cliff_tui.exporter.server",
+    "cliff_tui.serve",
     "cliff_tui.listen",
-    "cliff_tui.text", "cliff_tui.recording.redact",
+    "cliff_tui.text",
+    "cliff_tui.recording.redact",
 }
 
 _CHECK = r"""
@@ -66,15 +87,16 @@ def core_modules() -> list[str]:
 
 
 def run_check(modules: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, "-c", _CHECK, json.dumps(modules)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHECK, json.dumps(modules)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_the_module_list_is_complete():
     modules = set(core_modules())
-    assert REQUIRED <= modules, sorted(REQUIRED - modules)
+    assert modules >= REQUIRED, sorted(REQUIRED - modules)
     assert not any(m.startswith("cliff_tui.ui") for m in modules)
 
 
@@ -122,8 +144,12 @@ async def main():
 
 print(json.dumps(asyncio.run(main())))
 """
-RUN_ONLY = ("cliff_tui.analysis.triangulation", "cliff_tui.analysis.theory", "cliff_tui.analysis.gauge",
-            "cliff_tui.analysis.server_rates")
+RUN_ONLY = (
+    "cliff_tui.analysis.triangulation",
+    "cliff_tui.analysis.theory",
+    "cliff_tui.analysis.gauge",
+    "cliff_tui.analysis.server_rates",
+)
 
 
 def test_a_watch_starts_without_what_only_a_run_or_a_server_needs():
@@ -140,8 +166,7 @@ def lint_imports(*args: str) -> subprocess.CompletedProcess:
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
     if exe is None:
         pytest.fail("lint-imports not installed: pip install -e '.[test]'")
-    return subprocess.run([exe, "--no-cache", *args], capture_output=True, text=True, timeout=120,
-                          cwd=PYPROJECT.parent)
+    return subprocess.run([exe, "--no-cache", *args], capture_output=True, text=True, timeout=120, cwd=PYPROJECT.parent)
 
 
 def test_the_layer_contracts_hold():
@@ -152,8 +177,9 @@ def test_the_layer_contracts_hold():
 
 def test_a_broken_layer_rule_is_caught(tmp_path):
     """The contracts can fail: the same rules, one of them turned upside down."""
-    text = PYPROJECT.read_text().replace('forbidden_modules = ["textual", "rich"]',
-                                         'forbidden_modules = ["textual", "rich", "json"]')
+    text = PYPROJECT.read_text().replace(
+        'forbidden_modules = ["textual", "rich"]', 'forbidden_modules = ["textual", "rich", "json"]'
+    )
     broken = tmp_path / "pyproject.toml"
     broken.write_text(text)
     proc = lint_imports(str(broken))

@@ -8,8 +8,17 @@ import pytest
 
 from cliff_tui.codec import event_to_plain
 from cliff_tui.events import (
-    ATTACH_RUN_ID, DecodeWindow, GpuReading, Notice, RamReading, RunFinished, Sample, ServedModel, SessionReading,
-    SlotReading, SwapReading,
+    ATTACH_RUN_ID,
+    DecodeWindow,
+    GpuReading,
+    Notice,
+    RamReading,
+    RunFinished,
+    Sample,
+    ServedModel,
+    SessionReading,
+    SlotReading,
+    SwapReading,
 )
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording import demo
@@ -24,11 +33,20 @@ def swap_sample(t: float, swap_used: int) -> Sample:
     return Sample(t, RamReading(4 * GiB, 16 * GiB, 12 * GiB), SwapReading(swap_used, 4 * GiB))
 
 
-def llama_reading(t: float, tokens: float, seconds: float, *, used: int = 1024, processing: bool = True,
-                  status: str = "ok") -> SessionReading:
-    return SessionReading(t, "llama-server", URL, status, "", tokens_predicted_total=tokens,
-                          tokens_predicted_seconds_total=seconds, requests_processing=int(processing),
-                          slots=(SlotReading(0, 4096, used, processing),))
+def llama_reading(
+    t: float, tokens: float, seconds: float, *, used: int = 1024, processing: bool = True, status: str = "ok"
+) -> SessionReading:
+    return SessionReading(
+        t,
+        "llama-server",
+        URL,
+        status,
+        "",
+        tokens_predicted_total=tokens,
+        tokens_predicted_seconds_total=seconds,
+        requests_processing=int(processing),
+        slots=(SlotReading(0, 4096, used, processing),),
+    )
 
 
 def window(t: float, tok_s: float, depth: int = 1024) -> DecodeWindow:
@@ -107,8 +125,9 @@ def test_the_speed_verdict_of_an_attached_server_comes_from_its_windows():
 def test_llama_server_readings_carry_the_rates_and_ollama_only_its_models():
     p = Pipeline()
     p.feed(llama_reading(0, 0, 0))
-    ollama = SessionReading(1, "ollama", "http://127.0.0.1:11434", "ok", "",
-                            models=(ServedModel("qwen", 5 * GiB, 4 * GiB, 8192),))
+    ollama = SessionReading(
+        1, "ollama", "http://127.0.0.1:11434", "ok", "", models=(ServedModel("qwen", 5 * GiB, 4 * GiB, 8192),)
+    )
     p.feed(ollama)
     assert p.session.source == "llama-server"  # Ollama's reading does not replace it
     assert set(p.sessions) == {("llama-server", URL), ("ollama", "http://127.0.0.1:11434")}
@@ -140,8 +159,11 @@ def test_a_recording_with_a_word_no_record_knows_is_a_clear_error_not_a_style():
     recording = parse_recording(recording_bytes(notice, {**notice, "level": "warn"}))
     assert [e.level for e in recording.events] == ["warning"]
     assert "level must be one of 'info', 'warning', not 'warn'" in recording.problems
-    sample = event_to_plain(Sample(2.0, RamReading(GiB, 2 * GiB, GiB), SwapReading(0, 0),
-                                   gpus=(GpuReading(0, "RTX", "nvidia", GiB, 8 * GiB),)))
+    sample = event_to_plain(
+        Sample(
+            2.0, RamReading(GiB, 2 * GiB, GiB), SwapReading(0, 0), gpus=(GpuReading(0, "RTX", "nvidia", GiB, 8 * GiB),)
+        )
+    )
     recording = parse_recording(recording_bytes(sample, {**sample, "gpus": [{**sample["gpus"][0], "vendor": "intel"}]}))
     assert [e.gpus[0].vendor for e in recording.events] == ["nvidia"]
     assert "gpus[0].vendor must be one of 'nvidia', 'amd', not 'intel'" in recording.problems

@@ -4,8 +4,8 @@ pixels (Tesseract OCR: the terminal is drawn on a canvas, there is no text in th
 from __future__ import annotations
 
 import asyncio
-import shutil
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,9 +18,9 @@ import pytest
 
 from cliff_tui.probes.system import read_memory
 from cliff_tui.units import fmt_bytes
-from conftest import free_pid
-from exporter.running import clean_env
+from exporting.running import clean_env
 from fakes.http_server import free_port
+from paths import free_pid
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -31,8 +31,14 @@ FREE_PID = free_pid()
 
 
 def serve(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cliff_tui", "serve", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cliff_tui", "serve", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        start_new_session=True,
+    )
 
 
 def wait_page(url: str, proc: subprocess.Popen, limit: float = 60) -> None:
@@ -71,16 +77,19 @@ def ocr(png: Path) -> str:
     return done.stdout
 
 
-@pytest.mark.skipif(browser.find_chromium() is None or shutil.which("tesseract") is None,
-                    reason="needs chromium and tesseract-ocr (apt-get install chromium tesseract-ocr; .ci/run does)")
+@pytest.mark.skipif(
+    browser.find_chromium() is None or shutil.which("tesseract") is None,
+    reason="needs chromium and tesseract-ocr (apt-get install chromium tesseract-ocr; .ci/run does)",
+)
 def test_a_browser_shows_the_ram_tier(tmp_path):
     port = free_port()
     proc = serve("--bind", f"127.0.0.1:{port}", "--", "watch", "-i", "0.25")
     try:
         wait_page(f"http://127.0.0.1:{port}/", proc)
-        shot = asyncio.run(browser.screenshot(f"http://127.0.0.1:{port}/?fontsize=18", tmp_path / "serve.png",
-                                              settle_s=3.0))
-        apps = [c for c in psutil.Process(proc.pid).children(recursive=True)]
+        shot = asyncio.run(
+            browser.screenshot(f"http://127.0.0.1:{port}/?fontsize=18", tmp_path / "serve.png", settle_s=3.0)
+        )
+        apps = list(psutil.Process(proc.pid).children(recursive=True))
         text = ocr(shot)
     finally:
         assert stop(proc) == 0
@@ -99,33 +108,50 @@ def test_a_port_in_use_is_one_line_and_exit_2():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "cliff_tui", "serve", "--bind", f"127.0.0.1:{port}"],
-                              capture_output=True, text=True, timeout=60, env=clean_env())
+        proc = subprocess.run(
+            [sys.executable, "-m", "cliff_tui", "serve", "--bind", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=clean_env(),
+        )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "port is in use" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--", "serve"], "serve cannot serve itself"),
-    (["--", "exporter"], "the exporter has no screen"),
-    (["--", "fit"], "fit prints a table"),
-    (["--", "watch", "--once"], "--once and --headless print instead of drawing a screen"),
-    (["--", "run", "--headless"], "--once and --headless print instead of drawing a screen"),
-    (["--", "watch", "--intervall", "1"], "unrecognized arguments: --intervall 1"),
-    (["--", "replay", "/nonexistent.jsonl"], "recording not found: /nonexistent.jsonl"),
-    (["--", "run", "-m", "/nonexistent.gguf"], "model file not found: /nonexistent.gguf"),
-    (["--", "attach", "--llama-server", "ftp://x"], "--llama-server: 'ftp://x' is not an http(s)://host[:port] URL"),
-    (["--", "watch", "--record", "r.jsonl"], "they cannot share one --record file: record from a terminal"),
-    (["--", "run", "-c", "32", "--depth", "64"], "-c 32 is smaller than the depth 64 + --n-gen 128 = 192"),
-    (["--", "triangulate", "-ctv", "q4_0", "-fa", "off"], "a quantised V cache (-ctv q4_0) needs flash attention"),
-    (["--", "watch", "--pid", str(FREE_PID)], f"no process with PID {FREE_PID}"),
-    (["--public-url", "http://[gpu-box"], "--public-url: 'http://[gpu-box' is not an http(s)://host[:port] URL"),
-    (["--public-url", "ftp://gpu-box"], "--public-url: 'ftp://gpu-box' is not an http(s)://host[:port] URL"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--", "serve"], "serve cannot serve itself"),
+        (["--", "exporter"], "the exporter has no screen"),
+        (["--", "fit"], "fit prints a table"),
+        (["--", "watch", "--once"], "--once and --headless print instead of drawing a screen"),
+        (["--", "run", "--headless"], "--once and --headless print instead of drawing a screen"),
+        (["--", "watch", "--intervall", "1"], "unrecognized arguments: --intervall 1"),
+        (["--", "replay", "/nonexistent.jsonl"], "recording not found: /nonexistent.jsonl"),
+        (["--", "run", "-m", "/nonexistent.gguf"], "model file not found: /nonexistent.gguf"),
+        (
+            ["--", "attach", "--llama-server", "ftp://x"],
+            "--llama-server: 'ftp://x' is not an http(s)://host[:port] URL",
+        ),
+        (["--", "watch", "--record", "r.jsonl"], "they cannot share one --record file: record from a terminal"),
+        (["--", "run", "-c", "32", "--depth", "64"], "-c 32 is smaller than the depth 64 + --n-gen 128 = 192"),
+        (["--", "triangulate", "-ctv", "q4_0", "-fa", "off"], "a quantised V cache (-ctv q4_0) needs flash attention"),
+        (["--", "watch", "--pid", str(FREE_PID)], f"no process with PID {FREE_PID}"),
+        (["--public-url", "http://[gpu-box"], "--public-url: 'http://[gpu-box' is not an http(s)://host[:port] URL"),
+        (["--public-url", "ftp://gpu-box"], "--public-url: 'ftp://gpu-box' is not an http(s)://host[:port] URL"),
+    ],
+)
 def test_what_cannot_be_served_is_refused_before_it_listens(args, words):
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "serve", "--bind", f"127.0.0.1:{free_port()}", *args],
-                          capture_output=True, text=True, timeout=60, env=clean_env())
-    assert proc.returncode == 2 and words in proc.stderr.splitlines()[-1] and "Traceback" not in proc.stderr, \
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", "serve", "--bind", f"127.0.0.1:{free_port()}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
+    assert proc.returncode == 2 and words in proc.stderr.splitlines()[-1] and "Traceback" not in proc.stderr, (
         proc.stderr
+    )
 
 
 def test_a_public_url_is_read_as_browsers_need_it():

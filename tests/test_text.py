@@ -97,9 +97,16 @@ def test_nothing_runnable_survives(text, multiline):
         assert shown == text[:LINE_LIMIT] or len(text) > LINE_LIMIT
 
 
-@pytest.mark.parametrize("path, name", [
-    ("/models/q.gguf", "q.gguf"), ("C:\\models\\q.gguf", "q.gguf"), ("q.gguf", "q.gguf"),
-    ("/models/dir/", "dir"), ("/", ""), ("", ""),
-])
+@pytest.mark.parametrize(
+    "path, name",
+    [
+        ("/models/q.gguf", "q.gguf"),
+        ("C:\\models\\q.gguf", "q.gguf"),
+        ("q.gguf", "q.gguf"),
+        ("/models/dir/", "dir"),
+        ("/", ""),
+        ("", ""),
+    ],
+)
 def test_a_file_name_is_the_last_part_of_a_path_from_any_platform(path, name):
     assert file_name(path) == name

@@ -8,19 +8,19 @@ import subprocess
 import sys
 
 from cgroup_cliff import MiB
-from conftest_cgroup import memory_sandbox  # noqa: F401  (the fixture)
 
 LIMIT = 200 * MiB
 
 
 def inside(box, *args: str) -> subprocess.CompletedProcess:
-    proc = box.popen([sys.executable, "-m", "cliff_tui", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                     text=True)
+    proc = box.popen(
+        [sys.executable, "-m", "cliff_tui", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     out, err = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def test_watch_once_inside_a_cgroup_reports_its_limit_as_the_ram_tier(memory_sandbox):  # noqa: F811
+def test_watch_once_inside_a_cgroup_reports_its_limit_as_the_ram_tier(memory_sandbox):
     box = memory_sandbox(LIMIT, swap_bytes=256 * MiB)
     proc = inside(box, "watch", "--once", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -30,7 +30,7 @@ def test_watch_once_inside_a_cgroup_reports_its_limit_as_the_ram_tier(memory_san
     assert record["ram"]["total_bytes"] > LIMIT  # the host's RAM, which btop and nvitop would show
 
 
-def test_fit_inside_a_cgroup_sizes_the_tier_by_its_limit(memory_sandbox):  # noqa: F811
+def test_fit_inside_a_cgroup_sizes_the_tier_by_its_limit(memory_sandbox):
     box = memory_sandbox(LIMIT, swap_bytes=256 * MiB)
     proc = inside(box, "fit", "--json", "--reserve", "16MiB")  # the default keeps 256 MiB free
     assert proc.returncode == 0, proc.stderr

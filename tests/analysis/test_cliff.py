@@ -11,8 +11,7 @@ from cliff_tui.units import GiB, MiB
 
 def sample(t: float, swapped: int, faults: int = 0) -> Sample:
     process = ProcessReading(7, "worker", 200 * MiB, 0, swap_bytes=swapped, cpu_s=t, major_faults=faults)
-    return Sample(t, RamReading(8 * GiB, 20 * GiB, 16 * GiB), SwapReading(swapped, GiB), process=process,
-                  cpu_busy_s=t)
+    return Sample(t, RamReading(8 * GiB, 20 * GiB, 16 * GiB), SwapReading(swapped, GiB), process=process, cpu_busy_s=t)
 
 
 def window(depth: int, faults: int, phase: str = "probe", n: int = 8) -> DecodeWindow:
@@ -39,9 +38,19 @@ def test_a_cache_paged_out_at_creation_read_back_by_the_first_windows_is_not_the
     windows read back what was paged out as the context was created, the shallow probes none."""
     watch = RunWatch(kv_on_gpu=False)
     watch.observe(sample(0, 0), 0)
-    recorded = [("baseline", 1, 8, 600), ("baseline", 9, 8, 836), ("probe", 384, 6, 112), ("probe", 768, 6, 0),
-                ("probe", 1152, 6, 1), ("probe", 1536, 6, 0), ("probe", 1920, 6, 677), ("probe", 2304, 6, 2729),
-                ("probe", 2688, 6, 24522), ("depth", 3072, 8, 43048), ("depth", 3080, 8, 44220)]
+    recorded = [
+        ("baseline", 1, 8, 600),
+        ("baseline", 9, 8, 836),
+        ("probe", 384, 6, 112),
+        ("probe", 768, 6, 0),
+        ("probe", 1152, 6, 1),
+        ("probe", 1536, 6, 0),
+        ("probe", 1920, 6, 677),
+        ("probe", 2304, 6, 2729),
+        ("probe", 2688, 6, 24522),
+        ("depth", 3072, 8, 43048),
+        ("depth", 3080, 8, 44220),
+    ]
     for phase, depth, n, faults in recorded:
         watch.observe(sample(depth / 100, 76 * MiB), depth)
         watch.decoded(window(depth, faults, phase, n))
@@ -90,8 +99,9 @@ def test_a_cgroup_quota_running_out_is_the_cpu_cause_before_the_load():
         quota = CpuQuota("/kubepods/pod1", 1.5, periods=100 + 10 * t, throttled_periods=7 + 3 * t)
         watch.observe(with_cpu(sample(t, 0), busy=1.9 * t, quota=quota), 512)
     assert watch.throttled_share == 0.3
-    assert watch.cpu_cause == ("its cgroup's CPU quota (1.5 CPUs, /kubepods/pod1) ran out in 30% of the periods "
-                               "while it decoded")
+    assert watch.cpu_cause == (
+        "its cgroup's CPU quota (1.5 CPUs, /kubepods/pod1) ran out in 30% of the periods while it decoded"
+    )
 
 
 def test_a_quota_seldom_out_or_too_new_to_read_is_no_cause():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from cliff_tui.analysis.fit import (
     MeasuredLine,
     fit_record,
@@ -30,8 +31,9 @@ def gemma_path(tmp_path_factory):
 
 
 def option(table, cache, fa=True, swa_full=False, ngl=None):
-    return next(o for o in table.options if (o.type_k, o.flash_attn, o.swa_full, o.n_gpu_layers)
-                == (cache, fa, swa_full, ngl))
+    return next(
+        o for o in table.options if (o.type_k, o.flash_attn, o.swa_full, o.n_gpu_layers) == (cache, fa, swa_full, ngl)
+    )
 
 
 def test_smollm2_on_a_small_ram_tier_needs_a_quantised_cache(smol):
@@ -52,10 +54,21 @@ def test_smollm2_on_a_small_ram_tier_needs_a_quantised_cache(smol):
 def test_the_largest_context_is_the_last_multiple_of_256_that_fits(smol):
     table = fit_table(smol, 160 * MiB, reserve_bytes=0)
     for o in (o for o in table.options if o.valid):
+
         def need(n, o=o):
-            kv = kv_breakdown(smol, KvSettings(n_ctx=n, type_k=o.type_k, type_v=o.type_v, n_seq=4,
-                                               kv_unified=True, flash_attn="on" if o.flash_attn else "off"))
+            kv = kv_breakdown(
+                smol,
+                KvSettings(
+                    n_ctx=n,
+                    type_k=o.type_k,
+                    type_v=o.type_v,
+                    n_seq=4,
+                    kv_unified=True,
+                    flash_attn="on" if o.flash_attn else "off",
+                ),
+            )
             return table.weights_bytes + table.output_bytes + kv.total_bytes
+
         assert o.max_context % 256 == 0
         assert need(o.max_context) <= table.usable_bytes
         assert o.max_context == table.context_cap or table.usable_bytes < need(o.max_context + 256)
@@ -85,8 +98,15 @@ def test_the_need_is_what_llama_cpp_allocates_plus_weights(gemma_path):
     model = TinyLlama(gemma_path)
     try:
         for o in (option(table, "q8_0"), option(table, "f16", swa_full=True)):
-            s = KvSettings(n_ctx=o.max_context, type_k=o.type_k, type_v=o.type_v, flash_attn="on",
-                           swa_full=o.swa_full, n_seq=4, kv_unified=True)
+            s = KvSettings(
+                n_ctx=o.max_context,
+                type_k=o.type_k,
+                type_v=o.type_v,
+                flash_attn="on",
+                swa_full=o.swa_full,
+                n_seq=4,
+                kv_unified=True,
+            )
             real = model.allocation(s)
             at_max = fit_table(info, 9 * MiB, target_ctx=o.max_context)
             need = option(at_max, o.type_k, swa_full=o.swa_full).need_bytes
@@ -104,8 +124,14 @@ def test_recurrent_models_fit_any_context_their_state_fits(tmp_path):
 
 
 def test_a_measured_line_replaces_the_theory_of_its_own_settings(smol):
-    line = MeasuredLine(bytes_per_token=30_000, intercept_bytes=120 * MiB, type_k="q8_0", type_v="q8_0",
-                        flash_attn=True, source="allocated")
+    line = MeasuredLine(
+        bytes_per_token=30_000,
+        intercept_bytes=120 * MiB,
+        type_k="q8_0",
+        type_v="q8_0",
+        flash_attn=True,
+        source="allocated",
+    )
     table = fit_table(smol, 400 * MiB, measured=[line])
     q8, f16 = option(table, "q8_0"), option(table, "f16")
     logits_row = 49152 * 4
@@ -119,8 +145,9 @@ def test_a_measured_line_replaces_the_theory_of_its_own_settings(smol):
 
 def test_theory_rows_stand_on_the_measured_base_and_growth_beyond_the_kv(smol):
     f16_theory = 30 * 3 * 64 * 2 * 2
-    line = MeasuredLine(bytes_per_token=f16_theory + 4000, intercept_bytes=150 * MiB, type_k="f16", type_v="f16",
-                        flash_attn=True)
+    line = MeasuredLine(
+        bytes_per_token=f16_theory + 4000, intercept_bytes=150 * MiB, type_k="f16", type_v="f16", flash_attn=True
+    )
     table = fit_table(smol, 2**30, n_seq=1, measured=[line], target_ctx=4096)
     base = 150 * MiB - 49152 * 4  # the intercept less its one sequence's logits (SmolLM2 has no fixed KV)
     assert table.base_bytes == base and table.beyond_kv_bytes_per_token == 4000
@@ -138,8 +165,14 @@ def test_a_sliding_window_line_gives_its_base_without_the_window_cache(gemma_pat
     settings = KvSettings(n_ctx=4096, flash_attn="on", n_seq=1)
     window = kv_breakdown(info, settings).fixed_bytes
     assert window > 0
-    line = MeasuredLine(bytes_per_token=300, intercept_bytes=40 * MiB + window, type_k="f16", type_v="f16",
-                        flash_attn=True, swa_full=False)
+    line = MeasuredLine(
+        bytes_per_token=300,
+        intercept_bytes=40 * MiB + window,
+        type_k="f16",
+        type_v="f16",
+        flash_attn=True,
+        swa_full=False,
+    )
     table = fit_table(info, 2**30, n_seq=1, measured=[line], target_ctx=4096)
     base = 40 * MiB - info.n_vocab * 4
     assert table.base_bytes == base
@@ -147,7 +180,10 @@ def test_a_sliding_window_line_gives_its_base_without_the_window_cache(gemma_pat
     full_kv = kv_breakdown(info, KvSettings(n_ctx=4096, flash_attn="on", swa_full=True)).total_bytes
     beyond = 300 - kv_breakdown(info, settings).bytes_per_token  # the line's growth beyond its global layers
     assert table.beyond_kv_bytes_per_token == beyond
-    assert full.basis == "theory + measured" and full.need_bytes == round(base + beyond * 4096) + table.output_bytes + full_kv
+    assert (
+        full.basis == "theory + measured"
+        and full.need_bytes == round(base + beyond * 4096) + table.output_bytes + full_kv
+    )
     assert option(table, "f16").need_bytes == round(40 * MiB + window + 300 * 4096)
 
 
@@ -182,8 +218,10 @@ def test_the_advisor_needs_neither_llama_cpp_nor_textual():
     import subprocess
     import sys
 
-    code = ("import sys, cliff_tui.analysis.fit; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('llama_cpp', 'textual')))")
+    code = (
+        "import sys, cliff_tui.analysis.fit; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('llama_cpp', 'textual')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

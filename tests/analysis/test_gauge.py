@@ -29,8 +29,12 @@ def test_the_cliff_tier_is_the_kv_caches_gpu_else_ram_under_its_cgroup_limit():
     assert cliff_room(sample, "CUDA0") == CliffRoom("GPU0 dedicated VRAM", 8 * GiB, 2 * GiB)
     assert cliff_room(sample, "CPU").tier == "RAM"
     assert cliff_room(sample, "CPU").free_bytes == 24 * GiB
-    limited = Sample(1.0, RamReading(8 * GiB, 32 * GiB, 24 * GiB), SwapReading(0, 0),
-                     cgroup=CgroupReading("/sys/fs/cgroup/x", 512 * MiB, 200 * MiB))
+    limited = Sample(
+        1.0,
+        RamReading(8 * GiB, 32 * GiB, 24 * GiB),
+        SwapReading(0, 0),
+        cgroup=CgroupReading("/sys/fs/cgroup/x", 512 * MiB, 200 * MiB),
+    )
     room = cliff_room(limited, "CPU")
     assert room.tier == "RAM (cgroup limit 512 MiB)"
     assert room.capacity_bytes == 512 * MiB and room.free_bytes == 312 * MiB

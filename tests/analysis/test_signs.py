@@ -10,11 +10,26 @@ from cliff_tui.events import GpuReading, RamReading, Sample, SpeedVerdict, SwapR
 from cliff_tui.units import GiB, MiB
 
 
-def sample(t: float = 0.0, *, swap_used: int = 0, swap_total: int = GiB, shared: dict[int, int | None] | None = None,
-           reasons: dict[str, str] | None = None) -> Sample:
-    gpus = tuple(GpuReading(index=i, name=f"GPU {i}", vendor="nvidia", vram_used_bytes=GiB,
-                            vram_total_bytes=8 * GiB, shared_used_bytes=used, reasons=dict(reasons or {}))
-                 for i, used in (shared or {}).items())
+def sample(
+    t: float = 0.0,
+    *,
+    swap_used: int = 0,
+    swap_total: int = GiB,
+    shared: dict[int, int | None] | None = None,
+    reasons: dict[str, str] | None = None,
+) -> Sample:
+    gpus = tuple(
+        GpuReading(
+            index=i,
+            name=f"GPU {i}",
+            vendor="nvidia",
+            vram_used_bytes=GiB,
+            vram_total_bytes=8 * GiB,
+            shared_used_bytes=used,
+            reasons=dict(reasons or {}),
+        )
+        for i, used in (shared or {}).items()
+    )
     return Sample(t, RamReading(4 * GiB, 16 * GiB, 12 * GiB), SwapReading(swap_used, swap_total), gpus)
 
 
@@ -95,12 +110,15 @@ def test_ram_trend_needs_three_points_and_measures_the_rise_from_the_low():
     assert trend.rise_bytes == int(1.5 * GiB) and trend.window_s == 3.0
 
 
-@pytest.mark.parametrize("generating, kv_on_gpu, level", [
-    (False, True, "info"),   # RAM rose with nothing generating: not this model's overflow
-    (True, False, "info"),   # the KV cache lives in RAM: growth is expected
-    (True, None, "amber"),   # KV location unknown
-    (True, True, "red"),     # generating with the KV on the GPU: overflow lands in system memory
-])
+@pytest.mark.parametrize(
+    "generating, kv_on_gpu, level",
+    [
+        (False, True, "info"),  # RAM rose with nothing generating: not this model's overflow
+        (True, False, "info"),  # the KV cache lives in RAM: growth is expected
+        (True, None, "amber"),  # KV location unknown
+        (True, True, "red"),  # generating with the KV on the GPU: overflow lands in system memory
+    ],
+)
 def test_ram_rising_is_an_alarm_only_while_generating_with_the_kv_on_a_gpu(generating, kv_on_gpu, level):
     assert sign2(rising(), generating, kv_on_gpu).level == level
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+
 from cliff_tui.analysis.theory import (
     InvalidSettings,
     KvSettings,
@@ -21,8 +22,13 @@ from tiny_model import write_tiny, write_tiny_llama
 ARCHS = ("llama", "gemma3", "deepseek2", "mamba", "jamba")
 TYPES = (("f16", "on"), ("f16", "off"), ("q8_0", "on"), ("q4_0", "on"))
 SHAPES = [  # n_ctx, n_seq, kv_unified, swa_full
-    (1300, 1, False, False), (1300, 1, False, True), (5000, 1, False, False),
-    (1300, 4, False, False), (5000, 4, False, True), (5000, 4, True, False), (1300, 4, True, True),
+    (1300, 1, False, False),
+    (1300, 1, False, True),
+    (5000, 1, False, False),
+    (1300, 4, False, False),
+    (5000, 4, False, True),
+    (5000, 4, True, False),
+    (1300, 4, True, True),
 ]
 
 
@@ -38,8 +44,9 @@ def tiny(request, tmp_path_factory):
 def test_theory_equals_the_allocation_to_the_byte(tiny, cache, fa):
     info, model = tiny
     for n_ctx, n_seq, unified, swa_full in SHAPES:
-        s = KvSettings(n_ctx=n_ctx, type_k=cache, type_v=cache, flash_attn=fa, swa_full=swa_full, n_seq=n_seq,
-                       kv_unified=unified)
+        s = KvSettings(
+            n_ctx=n_ctx, type_k=cache, type_v=cache, flash_attn=fa, swa_full=swa_full, n_seq=n_seq, kv_unified=unified
+        )
         theory = kv_breakdown(info, s)
         real = model.allocation(s)
         assert real is not None, f"llama.cpp refused {s}"
@@ -112,15 +119,19 @@ def read_model_info_of(arch: str, **kwargs):
 def test_parts_are_named_with_their_arithmetic():
     gemma = kv_breakdown(read_model_info_of("gemma3"), KvSettings(n_ctx=8192))
     texts = gemma.lines()
-    assert texts[0] == ("7 sliding-window layers: 768 cells fixed (window 128 + ubatch 512, padded to 256) × "
-                        "1 KV head × 64 × 2 (K,V) × 2 B = 1.31 MiB")
+    assert texts[0] == (
+        "7 sliding-window layers: 768 cells fixed (window 128 + ubatch 512, padded to 256) × "
+        "1 KV head × 64 × 2 (K,V) × 2 B = 1.31 MiB"
+    )
     assert texts[1] == "1 global layer × 1 KV head × 64 × 2 (K,V) × 2 B = 256 B/token"
     assert gemma.bytes_per_token == 256 and gemma.fixed_bytes == 7 * 768 * 256
     mla = kv_breakdown(read_model_info_of("deepseek2"), KvSettings(n_ctx=4096, type_k="q8_0", type_v="q8_0"))
     assert mla.lines()[0] == "2 MLA layers × 1 latent row of 96 × 1.0625 B (q8_0) (K only, no V) = 204 B/token"
     mamba = kv_breakdown(read_model_info_of("mamba"), KvSettings(n_ctx=4096, n_seq=4))
     assert mamba.bytes_per_token == 0
-    assert mamba.lines()[0] == "2 recurrent layers: state of 384 + 2,048 values × 4 B (f32) × 4 sequences = 76.0 KiB fixed"
+    assert (
+        mamba.lines()[0] == "2 recurrent layers: state of 384 + 2,048 values × 4 B (f32) × 4 sequences = 76.0 KiB fixed"
+    )
 
 
 def test_textbook_overstates_what_llama_cpp_keeps():

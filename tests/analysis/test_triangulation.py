@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from cliff_tui.analysis.triangulation import (
-    Capacity, MemoryPoint, check_points, locate_wall, project, slope_of, triangulate,
+    Capacity,
+    MemoryPoint,
+    check_points,
+    locate_wall,
+    project,
+    slope_of,
+    triangulate,
 )
 from cliff_tui.events import GpuDelta, RunFailed, RunResult, RunSettings, SpeedVerdict, TriangulationPlanned
 
@@ -14,8 +20,15 @@ KiB = 1024
 
 
 def _point(n_ctx, touched, noise=0.0, beyond=0):
-    return MemoryPoint(n_ctx=n_ctx, depth=n_ctx - 256, allocated_bytes=touched, touched_bytes=touched,
-                       noise_bytes=noise, beyond_bytes=beyond, beyond_tier="swap")
+    return MemoryPoint(
+        n_ctx=n_ctx,
+        depth=n_ctx - 256,
+        allocated_bytes=touched,
+        touched_bytes=touched,
+        noise_bytes=noise,
+        beyond_bytes=beyond,
+        beyond_tier="swap",
+    )
 
 
 def _result(n_ctx, rss, *, kv=None, gpu_peak=None, kv_device="CPU", cache="f16"):
@@ -24,13 +37,33 @@ def _result(n_ctx, rss, *, kv=None, gpu_peak=None, kv_device="CPU", cache="f16")
     if gpu_peak is not None:
         gpus = (GpuDelta(0, "GPU", 0, gpu_peak, 0, 0),)
     return RunResult(
-        run_id=f"r{n_ctx}", settings=RunSettings("m.gguf", n_ctx - 256, 64, cache_type_k=cache, cache_type_v=cache),
-        model_name="m", n_ctx=n_ctx, depth=n_ctx - 256, n_gen=64, kv_device=kv_device,
-        kv_buffers={kv_device: int(kv)}, model_buffers={"CPU_Mapped": 100 * MiB}, compute_buffers={kv_device: 50 * MiB},
-        baseline_tok_s=80.0, depth_tok_s=20.0, prefill_tok_s=100.0, prefilled_tokens=n_ctx - 256, decode_points=(),
-        verdict=SpeedVerdict("ok", "", 75.0, 21.0, 5.0), ram_baseline_bytes=0, ram_peak_bytes=0,
-        swap_baseline_bytes=0, swap_peak_bytes=0, rss_created_bytes=rss, rss_baseline_bytes=rss, rss_peak_bytes=rss,
-        rss_noise_bytes=64 * KiB, gpus=gpus, gpus_reason=None, elapsed_s=1.0,
+        run_id=f"r{n_ctx}",
+        settings=RunSettings("m.gguf", n_ctx - 256, 64, cache_type_k=cache, cache_type_v=cache),
+        model_name="m",
+        n_ctx=n_ctx,
+        depth=n_ctx - 256,
+        n_gen=64,
+        kv_device=kv_device,
+        kv_buffers={kv_device: int(kv)},
+        model_buffers={"CPU_Mapped": 100 * MiB},
+        compute_buffers={kv_device: 50 * MiB},
+        baseline_tok_s=80.0,
+        depth_tok_s=20.0,
+        prefill_tok_s=100.0,
+        prefilled_tokens=n_ctx - 256,
+        decode_points=(),
+        verdict=SpeedVerdict("ok", "", 75.0, 21.0, 5.0),
+        ram_baseline_bytes=0,
+        ram_peak_bytes=0,
+        swap_baseline_bytes=0,
+        swap_peak_bytes=0,
+        rss_created_bytes=rss,
+        rss_baseline_bytes=rss,
+        rss_peak_bytes=rss,
+        rss_noise_bytes=64 * KiB,
+        gpus=gpus,
+        gpus_reason=None,
+        elapsed_s=1.0,
     )
 
 
@@ -51,20 +84,25 @@ def test_a_tier_that_flattens_while_swap_grows_is_a_wall_at_the_right_place():
     def mem(n):
         return 200 * MiB + min(n, knee) * 40 * KiB + max(0, n - knee) * 4 * KiB
 
-    pts = [_point(n, mem(n), beyond=max(0, n - knee) * 36 * KiB)
-           for n in (8_000, 16_000, 24_000, 32_000, 48_000, 56_000, 64_000)]
+    pts = [
+        _point(n, mem(n), beyond=max(0, n - knee) * 36 * KiB)
+        for n in (8_000, 16_000, 24_000, 32_000, 48_000, 56_000, 64_000)
+    ]
     checks, first_off = check_points(pts)
     assert first_off == 4  # 48k is the first point off the line, with swap taking the growth
     assert locate_wall(pts, first_off) == pytest.approx(knee, rel=0.01)
-    assert checks[-1].describe().startswith("touched memory at n_ctx 48,000 was") and "below the line" in checks[-1].describe()
+    assert (
+        checks[-1].describe().startswith("touched memory at n_ctx 48,000 was")
+        and "below the line" in checks[-1].describe()
+    )
 
 
 def test_the_third_point_check_uses_the_noise():
     base = [_point(1000, 100 * MiB, noise=1 * MiB), _point(2000, 110 * MiB, noise=1 * MiB)]
-    near = base + [_point(3000, 120 * MiB + 2 * MiB, noise=1 * MiB)]  # 2 MiB off, noise 1 MiB → on the line
-    above = base + [_point(3000, 120 * MiB + 40 * MiB, noise=1 * MiB)]
-    below_alone = base + [_point(3000, 120 * MiB - 40 * MiB, noise=1 * MiB)]
-    below_with_swap = base + [_point(3000, 120 * MiB - 40 * MiB, noise=1 * MiB, beyond=100 * MiB)]
+    near = [*base, _point(3000, 120 * MiB + 2 * MiB, noise=1 * MiB)]  # 2 MiB off, noise 1 MiB → on the line
+    above = [*base, _point(3000, 120 * MiB + 40 * MiB, noise=1 * MiB)]
+    below_alone = [*base, _point(3000, 120 * MiB - 40 * MiB, noise=1 * MiB)]
+    below_with_swap = [*base, _point(3000, 120 * MiB - 40 * MiB, noise=1 * MiB, beyond=100 * MiB)]
     assert check_points(near)[1] is None and check_points(near)[0][0].on_line
     assert check_points(above)[1] is None and not check_points(above)[0][0].on_line  # off the line, no wall
     assert check_points(below_alone)[1] is None  # less memory than predicted, nothing else grew: noise
@@ -85,7 +123,7 @@ def test_projection_formula_and_max_context():
     cap = Capacity("GPU0 dedicated VRAM", 1000 * MiB, 100 * MiB)
     p = project(slope, cap, 8192, wall=None, does_not_fit_at=None)
     assert p.projected_bytes == pytest.approx(100 * MiB + 8192 * 64 * KiB)
-    assert "100 MiB + 8,192 tok × 64.00 KiB/tok ÷ 1024 = 612 MiB" == p.formula
+    assert p.formula == "100 MiB + 8,192 tok × 64.00 KiB/tok ÷ 1024 = 612 MiB"
     # (1000 - 100 - 100) MiB / 64 KiB per token = 12800 tokens, padded down to 256
     assert p.max_context == 12_800
     assert p.fits is True
@@ -118,8 +156,7 @@ def test_cpu_tier_uses_rss_and_available_ram():
 
 def test_gpu_tier_uses_dedicated_vram_peak():
     results = [_result(n, 1, kv_device="CUDA0", gpu_peak=4000 * MiB + n * 100 * KiB) for n in (4352, 8448, 16640)]
-    plan = TriangulationPlanned(0.0, (4096, 8192, 16384), ("f16",), 40_000, 512 * MiB,
-                                vram_total_bytes=(8192 * MiB,))
+    plan = TriangulationPlanned(0.0, (4096, 8192, 16384), ("f16",), 40_000, 512 * MiB, vram_total_bytes=(8192 * MiB,))
     tri = triangulate(results, (), plan)
     assert tri.projection.tier == "GPU0 dedicated VRAM"
     assert tri.touched.kib_per_token == pytest.approx(100)

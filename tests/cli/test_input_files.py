@@ -25,13 +25,16 @@ def last_error_line(argv: list[str], capsys) -> str:
     return capsys.readouterr().err.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["replay", "/dev/zero"], "/dev/zero is a device, not a recording: pass a file"),
-    (["export", "/dev/zero"], "/dev/zero is a device, not a recording: pass a file"),
-    (["fit", "--from", "/dev/zero"], "/dev/zero is a device, not a triangulation file: pass a file"),
-    (["exporter", "--from", "/dev/urandom"], "/dev/urandom is a device, not a triangulation file: pass a file"),
-    (["fit", "-m", "/dev/zero"], "/dev/zero is not a regular file: pass -m a llama.cpp .gguf model"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["replay", "/dev/zero"], "/dev/zero is a device, not a recording: pass a file"),
+        (["export", "/dev/zero"], "/dev/zero is a device, not a recording: pass a file"),
+        (["fit", "--from", "/dev/zero"], "/dev/zero is a device, not a triangulation file: pass a file"),
+        (["exporter", "--from", "/dev/urandom"], "/dev/urandom is a device, not a triangulation file: pass a file"),
+        (["fit", "-m", "/dev/zero"], "/dev/zero is not a regular file: pass -m a llama.cpp .gguf model"),
+    ],
+)
 def test_a_device_is_refused_before_it_is_read(argv, words, capsys):
     assert last_error_line(argv, capsys) == f"cliff-tui: {words}"
 
@@ -56,8 +59,9 @@ def test_a_fifo_given_as_the_model_is_refused_without_waiting_for_a_writer(tmp_p
 
 
 @pytest.mark.parametrize("command", ["run", "triangulate"])
-@pytest.mark.parametrize("name, words", [("notes.txt", "prompt file not found: {path}"),
-                                         (".", "{path} is a directory, not a prompt file")])
+@pytest.mark.parametrize(
+    "name, words", [("notes.txt", "prompt file not found: {path}"), (".", "{path} is a directory, not a prompt file")]
+)
 def test_a_prompt_file_that_is_not_there_is_refused_before_the_model_loads(command, name, words, tmp_path, capsys):
     path = tmp_path / name
     assert main([command, "--headless", "--prompt-file", str(path)]) == 2
@@ -66,7 +70,7 @@ def test_a_prompt_file_that_is_not_there_is_refused_before_the_model_loads(comma
 
 
 def test_a_device_as_the_prompt_file_is_refused():
-    with pytest.raises(BadInput, match="^/dev/zero is a device, not a prompt file: pass a file$"):
+    with pytest.raises(BadInput, match=r"^/dev/zero is a device, not a prompt file: pass a file$"):
         read_prompt_file("/dev/zero", 64)
 
 
@@ -119,8 +123,10 @@ def test_a_directory_given_as_a_recording_says_so(tmp_path):
 def test_once_does_not_pretend_to_record(command, tmp_path, capsys):
     target = tmp_path / "r.jsonl"
     line = last_error_line([*command, "--record", str(target)], capsys)
-    assert line == (f"cliff-tui: --once prints one reading and records nothing: drop --record {target}, "
-                    "or record a session with --headless")
+    assert line == (
+        f"cliff-tui: --once prints one reading and records nothing: drop --record {target}, "
+        "or record a session with --headless"
+    )
     assert not target.exists()
 
 

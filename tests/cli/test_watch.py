@@ -19,8 +19,7 @@ import pytest
 from cliff_tui.headless import watch_line
 from cliff_tui.probes.amd import find_amd_cards
 from cliff_tui.probes.sampler import CPU_ONLY_TIERS, Sampler
-
-from conftest import CHILD_BYTES, free_pid  # the `child` fixture holds CHILD_BYTES
+from paths import CHILD_BYTES, free_pid  # the `child` fixture holds CHILD_BYTES
 
 
 def _has_gpu() -> bool:
@@ -101,17 +100,31 @@ def test_console_script_with_pid_1():
     assert (isinstance(proc["rss_bytes"], int) and proc["rss_bytes"] > 0) or proc["reasons"]["rss_bytes"]
 
 
-@pytest.mark.parametrize("command", [["watch", "--once"], ["watch", "--headless"], ["watch"],
-                                     ["attach", "--llama-server", "http://127.0.0.1:9", "--once"],
-                                     ["exporter", "--bind", "127.0.0.1:0"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["watch", "--once"],
+        ["watch", "--headless"],
+        ["watch"],
+        ["attach", "--llama-server", "http://127.0.0.1:9", "--once"],
+        ["exporter", "--bind", "127.0.0.1:0"],
+    ],
+)
 def test_a_pid_that_does_not_exist_is_refused_before_anything_starts(command):
     pid = free_pid()
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", *command, "--pid", str(pid)],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", *command, "--pid", str(pid)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 2, proc.stdout
     assert proc.stdout == ""
-    assert proc.stderr == (f"cliff-tui: no process with PID {pid}: give the PID of a running process "
-                           "(`pgrep -f llama-server` prints a server's)\n")
+    assert proc.stderr == (
+        f"cliff-tui: no process with PID {pid}: give the PID of a running process "
+        "(`pgrep -f llama-server` prints a server's)\n"
+    )
 
 
 def test_the_one_line_reading_says_why_a_followed_process_has_no_rss():
@@ -128,7 +141,7 @@ def test_the_one_line_reading_says_why_a_followed_process_has_no_rss():
 
 def test_the_one_line_reading_names_the_followed_processs_cpu_quota():
     """As root: a child in a cgroup held to half a CPU."""
-    from conftest_cgroup import quota_cgroup
+    from cgroup_fixtures import quota_cgroup
 
     with quota_cgroup(50_000) as made:
         child = made.popen([sys.executable, "-c", "import time; time.sleep(30)"])
@@ -150,8 +163,13 @@ def _no_vram() -> str | None:
 
 
 def test_the_text_reading_says_why_there_is_no_vram_tier_on_stderr():
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--once"], capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", "watch", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1  # one reading, for a script to read
     reason = _no_vram()
     assert proc.stderr == (f"cliff-tui: {reason}\n" if reason else "")
@@ -159,14 +177,18 @@ def test_the_text_reading_says_why_there_is_no_vram_tier_on_stderr():
         assert reason.startswith("No VRAM tier: no GPU found (NVIDIA: ") and reason.endswith(CPU_ONLY_TIERS)
 
 
-
 def test_the_reading_of_a_process_in_a_memory_cgroup_is_against_its_limit():
-    from conftest_cgroup import child_in_cgroup
+    from cgroup_fixtures import child_in_cgroup
 
     MiB = 1024 * 1024
     with child_in_cgroup(96 * MiB, 40 * MiB) as (_, held):
-        proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--once", "--pid", str(held.pid)],
-                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-m", "cliff_tui", "watch", "--once", "--pid", str(held.pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
     assert proc.returncode == 0, proc.stderr
     ram = proc.stdout.split("  ")[1]
     shown = re.fullmatch(r"RAM ([\d.]+) MiB/96\.0 MiB \(cgroup limit; host [\d.]+ [MG]iB/[\d.]+ [MG]iB\)", ram)

@@ -24,7 +24,6 @@ from cgroup_cliff import MiB, Monitor, Sandbox, cache_outside, paging_onset
 from cliff_tui.analysis.speed import robust_line
 from cliff_tui.events import DecodeWindow
 from cliff_tui.recording.reader import open_recording
-from conftest_cgroup import memory_sandbox  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 64 * MiB
@@ -33,8 +32,23 @@ N_GEN = 16
 
 
 def run_in(box: Sandbox, record: Path) -> tuple[dict, Monitor]:
-    argv = [sys.executable, "-m", "cliff_tui", "run", "--headless", "--depth", str(DEPTH), "--n-gen", str(N_GEN),
-            "-t", "1", "-o", "json", "--record", str(record)]
+    argv = [
+        sys.executable,
+        "-m",
+        "cliff_tui",
+        "run",
+        "--headless",
+        "--depth",
+        str(DEPTH),
+        "--n-gen",
+        str(N_GEN),
+        "-t",
+        "1",
+        "-o",
+        "json",
+        "--record",
+        str(record),
+    ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tui"), os.environ.get("PYTHONPATH", "")]))
     with Monitor(box.cgroup, interval_s=0.05) as monitor:
         proc = box.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
@@ -51,7 +65,7 @@ def decode_started_at(record: Path) -> float:
     raise AssertionError("the recording has no decode phase")
 
 
-def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sandbox, tmp_path, smollm2):  # noqa: F811
+def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sandbox, tmp_path, smollm2):
     box = memory_sandbox(LIMIT, swap_bytes=1024 * MiB, swap_kind="file")
     cache_outside(smollm2)
     record = tmp_path / "run.jsonl"
@@ -75,9 +89,11 @@ def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sand
     decoding = [s for s in monitor.samples if s.t >= decode_started_at(record)]
     assert len(decoding) >= 2
     faults_per_token = (decoding[-1].major_faults - decoding[0].major_faults) / N_GEN
-    print(f"decode at {DEPTH}: {measured_ms:.1f} ms/token against a trend of {trend_ms:.1f}; swap "
-          f"{monitor.peak('swap_bytes') / MiB:.1f} MiB (VmSwap {monitor.peak('vm_swap_bytes') / MiB:.1f}); "
-          f"{faults_per_token:.0f} major faults a decoded token; verdict {result['verdict']}")
+    print(
+        f"decode at {DEPTH}: {measured_ms:.1f} ms/token against a trend of {trend_ms:.1f}; swap "
+        f"{monitor.peak('swap_bytes') / MiB:.1f} MiB (VmSwap {monitor.peak('vm_swap_bytes') / MiB:.1f}); "
+        f"{faults_per_token:.0f} major faults a decoded token; verdict {result['verdict']}"
+    )
     assert faults_per_token >= 256, faults_per_token  # ≥ 1 MiB a token read back
 
     # the one verdict: red, on swap, at the depth where decode began reading pages back by the

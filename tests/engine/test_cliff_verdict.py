@@ -45,8 +45,9 @@ def test_a_quiet_cpu_run_to_8k_raises_no_alarm_live_or_final(tmp_path):
 @pytest.mark.skipif(os.environ.get("CLIFF_SLOW") != "1", reason="16k prefill takes ~10 minutes here: CLIFF_SLOW=1")
 def test_a_quiet_cpu_run_to_16k_raises_no_alarm(tmp_path):
     record = tmp_path / "quiet16.jsonl"
-    proc = cli("run", "--headless", "--depth", "16k", "--n-gen", "32", "-o", "json", "--record", str(record),
-               timeout=1800)
+    proc = cli(
+        "run", "--headless", "--depth", "16k", "--n-gen", "32", "-o", "json", "--record", str(record), timeout=1800
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["cliff"]["level"] in ("ok", "info")
     assert alarms(record) == []
@@ -75,11 +76,24 @@ def test_beside_a_cpu_hog_there_is_no_red_and_an_amber_names_the_load(cpu_hog, t
 
 
 def test_in_a_cgroup_held_to_half_a_cpu_the_quota_is_the_cause_named(tmp_path):
-    from conftest_cgroup import quota_cgroup
+    from cgroup_fixtures import quota_cgroup
 
     record = tmp_path / "quota.jsonl"
-    argv = [sys.executable, "-m", "cliff_tui", "run", "--headless", "--depth", "512", "--n-gen", "32",
-            "-o", "json", "--record", str(record)]  # the threads as the quota allows: one
+    argv = [
+        sys.executable,
+        "-m",
+        "cliff_tui",
+        "run",
+        "--headless",
+        "--depth",
+        "512",
+        "--n-gen",
+        "32",
+        "-o",
+        "json",
+        "--record",
+        str(record),
+    ]  # the threads as the quota allows: one
     with quota_cgroup(50_000) as made:
         out, err = made.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True).communicate(timeout=300)
     cause = f"its cgroup's CPU quota (0.5 CPUs, {made.path}) ran out in"
@@ -90,8 +104,12 @@ def test_in_a_cgroup_held_to_half_a_cpu_the_quota_is_the_cause_named(tmp_path):
     assert json.loads(out)["threads"] == 1
     events = open_recording(record).events
     if min(cpu_share().affinity, psutil.cpu_count(logical=False) or 1) >= 2:
-        assert any(isinstance(e, Notice) and e.text.startswith("1 thread, not ") and f"cgroup {made.path} allows "
-                   "0.5 CPUs of time" in e.text for e in events)
+        assert any(
+            isinstance(e, Notice)
+            and e.text.startswith("1 thread, not ")
+            and f"cgroup {made.path} allows 0.5 CPUs of time" in e.text
+            for e in events
+        )
     run = next(iter(replay_all(open_recording(record)).runs.values()))
     assert run.watch.throttled_share > 0.5 and cause in run.watch.cpu_cause, err[-2000:]
     rows = list(csv.DictReader(io.StringIO(export(str(record), "csv"))))

@@ -16,7 +16,7 @@ import pytest
 
 from cliff_tui.engine import fill
 from cliff_tui.engine.fill import FillUnavailable, KvFiller, Layout, choose_fill, parse_state
-from cliff_tui.engine.llama import L, Context, LoadedModel
+from cliff_tui.engine.llama import Context, L, LoadedModel
 from cliff_tui.engine.runner import Run, RunOptions
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.worker import PrefillProfile
@@ -33,8 +33,11 @@ def _context(path, n_ctx: int, **knobs) -> tuple[LoadedModel, Context]:
     return model, Context(model, n_ctx, settings)
 
 
-KNOBS = {"fa on": {"flash_attn": "on"}, "fa off (V transposed)": {"flash_attn": "off"},
-         "q8_0 cache": {"cache_type_k": "q8_0", "cache_type_v": "q8_0"}}
+KNOBS = {
+    "fa on": {"flash_attn": "on"},
+    "fa off (V transposed)": {"flash_attn": "off"},
+    "q8_0 cache": {"cache_type_k": "q8_0", "cache_type_v": "q8_0"},
+}
 
 
 @pytest.fixture(params=list(KNOBS))
@@ -55,7 +58,7 @@ def _tokens(model: LoadedModel, n: int) -> list[int]:
 def _saved(context: Context, tokens: list[int], path) -> bytes:
     context.clear()
     for i in range(0, len(tokens), context.n_ubatch):
-        context.decode(tokens[i:i + context.n_ubatch])
+        context.decode(tokens[i : i + context.n_ubatch])
     context.save_state(str(path), tokens)
     return path.read_bytes()
 
@@ -81,7 +84,7 @@ def test_a_state_written_at_the_learned_depth_is_the_one_llama_cpp_saved(tiny_co
 
 
 def test_a_fill_holds_the_cells_written_and_decodes_on_them(tiny_context):
-    model, context, knobs = tiny_context
+    model, context, _knobs = tiny_context
     tokens = _tokens(model, 1500)
     with KvFiller(context, tokens[:256]) as filler:
         filler.fill(tokens[:1400])
@@ -99,7 +102,7 @@ def _logits_after(context: Context, token: int) -> np.ndarray:
 
 
 def test_the_deepest_state_trimmed_is_the_state_written_for_that_depth(tiny_context):
-    model, context, knobs = tiny_context
+    model, context, _knobs = tiny_context
     tokens = _tokens(model, 1500)
     with KvFiller(context, tokens[:256]) as filler:
         filler.fill(tokens[:700])
@@ -118,8 +121,9 @@ def test_the_deepest_state_trimmed_is_the_state_written_for_that_depth(tiny_cont
 
 def test_a_filled_run_keeps_its_deepest_state_only_where_ram_has_room_for_it(tiny_model, monkeypatch):
     written, write = [], Layout.write
-    monkeypatch.setattr(Layout, "write", lambda self, path, tokens: (written.append(len(tokens)),
-                                                                       write(self, path, tokens)))
+    monkeypatch.setattr(
+        Layout, "write", lambda self, path, tokens: (written.append(len(tokens)), write(self, path, tokens))
+    )
     settings, options = RunSettings(str(tiny_model), 4096, 8), RunOptions(fill="synthetic")
     roomy = Run(settings, lambda _: None, options=options).execute()
     assert written == [4096 - 512]  # one state: each probe's depth is trimmed from it
@@ -133,7 +137,7 @@ def test_a_filled_run_keeps_its_deepest_state_only_where_ram_has_room_for_it(tin
 
 
 def test_an_unknown_version_is_refused_before_anything_is_written(tiny_context, tmp_path):
-    model, context, knobs = tiny_context
+    model, context, _knobs = tiny_context
     saved = bytearray(_saved(context, _tokens(model, 64), tmp_path / "saved.bin"))
     saved[4] = 99
     with pytest.raises(FillUnavailable, match="version 99"):
@@ -195,8 +199,11 @@ def test_a_filled_run_probes_on_the_way_and_prefills_only_its_largest_call(tiny_
     assert probes == [4096 * k // 8 for k in range(1, 8)]
     assert result.prefill_tok_s and result.depth_tok_s
     assert run_record(result)["fill"] == "synthetic" and run_rows([result])[0]["depth"] == "4,096 filled"
-    assert any(isinstance(e, Notice) and e.text.startswith("KV filled to 3,584 cells; prefill measured on the last "
-                                                           "512 tokens at ") for e in events)
+    assert any(
+        isinstance(e, Notice)
+        and e.text.startswith("KV filled to 3,584 cells; prefill measured on the last 512 tokens at ")
+        for e in events
+    )
 
 
 def test_where_probes_come_closer_than_a_ubatch_the_filled_tail_is_the_gap_between_them(tiny_model):
@@ -221,7 +228,7 @@ def test_sliding_window_and_mla_caches_fill(tmp_path, arch):
     model, context = _context(path, 2048)
     try:
         tokens = _tokens(model, 1500)
-        with KvFiller(context, tokens[:fill.learn_tokens(model)]) as filler:
+        with KvFiller(context, tokens[: fill.learn_tokens(model)]) as filler:
             windows = [s.window for s in filler.layout.sections]
             filler.fill(tokens[:1400])
             assert context.used_cells() == 1400
@@ -253,14 +260,37 @@ def test_a_filled_sliding_window_cache_has_its_ring_prefilled_for_real(tmp_path,
     assert result.fill == "synthetic" and result.prefilled_tokens == 128 + 128
     probes = [p.depth for p in result.decode_points if p.phase == "probe"]
     assert probes == [512 * k for k in range(1, 8)] and loaded == [d - 256 for d in probes] + [4096 - 256]
-    assert any(isinstance(e, Notice) and e.text.startswith("KV filled to 3,840 cells; prefill measured on the "
-                                                           "last 256 tokens") for e in events)
+    assert any(
+        isinstance(e, Notice) and e.text.startswith("KV filled to 3,840 cells; prefill measured on the last 256 tokens")
+        for e in events
+    )
 
 
 def _cli_run(model, fill_mode: str, depth: int, *flags: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "cliff_tui", "run", "-m", str(model), "--depth", str(depth),
-                          "--n-gen", "16", "--fill", fill_mode, *flags, "--headless", "-o", "json"],
-                         capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cliff_tui",
+            "run",
+            "-m",
+            str(model),
+            "--depth",
+            str(depth),
+            "--n-gen",
+            "16",
+            "--fill",
+            fill_mode,
+            *flags,
+            "--headless",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -290,39 +320,80 @@ def test_a_triangulation_cancelled_while_it_probes_leaves_no_state_on_disk(smoll
             probed.append(event.depth)
             cancel.set()
 
-    job = TriangulateJob(RunSettings(str(smollm2), 16_000, 8), depths=[16_000], target=None, reserve=None,
-                         kv_types=[("f16", "f16")], fill="synthetic")
+    job = TriangulateJob(
+        RunSettings(str(smollm2), 16_000, 8),
+        depths=[16_000],
+        target=None,
+        reserve=None,
+        kv_types=[("f16", "f16")],
+        fill="synthetic",
+    )
     with pytest.raises(Cancelled):
         job.run(publish, cancel, lambda _pid: None)
     assert probed and list(tmp_path.iterdir()) == []
 
 
 def test_a_filled_triangulation_fills_each_point_and_says_so_in_its_output(tiny_model):
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "triangulate", "-m", str(tiny_model), "--headless",
-                           "--depths", "1024,2048", "--n-gen", "8", "--fill", "synthetic", "-o", "json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cliff_tui",
+            "triangulate",
+            "-m",
+            str(tiny_model),
+            "--headless",
+            "--depths",
+            "1024,2048",
+            "--n-gen",
+            "8",
+            "--fill",
+            "synthetic",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     runs = json.loads(proc.stdout)["runs"]
-    assert [(r["fill"], r["started_from_depth"]) for r in runs] == [("synthetic", 1024 - 128), ("synthetic", 2048 - 256)]
+    assert [(r["fill"], r["started_from_depth"]) for r in runs] == [
+        ("synthetic", 1024 - 128),
+        ("synthetic", 2048 - 256),
+    ]
 
 
-@pytest.mark.parametrize("fill_choice, tok_s, depths, mode", [
-    ("auto", 5_000, DEFAULT_DEPTHS, "real"),  # the default depths fit the budget
-    ("auto", 20, DEFAULT_DEPTHS, "synthetic"),  # they do not: filled, not reduced
-    ("real", 20, None, "real"),  # reduced to the budget, as without the option
-])
-def test_auto_fills_where_a_real_prefill_would_not_fit_the_budget(tiny_model, monkeypatch, fill_choice, tok_s,
-                                                                   depths, mode):
+@pytest.mark.parametrize(
+    "fill_choice, tok_s, depths, mode",
+    [
+        ("auto", 5_000, DEFAULT_DEPTHS, "real"),  # the default depths fit the budget
+        ("auto", 20, DEFAULT_DEPTHS, "synthetic"),  # they do not: filled, not reduced
+        ("real", 20, None, "real"),  # reduced to the budget, as without the option
+    ],
+)
+def test_auto_fills_where_a_real_prefill_would_not_fit_the_budget(
+    tiny_model, monkeypatch, fill_choice, tok_s, depths, mode
+):
     from cliff_tui.engine.gguf_meta import read_model_info
     from cliff_tui.jobs import triangulate
 
     slow = PrefillProfile(p=1 / tok_s, q=0.0, a=0.001, b=0.0, load_s=0.1)  # a machine this one cannot be
     monkeypatch.setattr(triangulate, "calibrate", lambda *args, **kwargs: slow)
     deep_calls: list[int] = []
-    monkeypatch.setattr(triangulate, "calibrate_deep",
-                        lambda settings, profile, depth, *args, **kwargs: deep_calls.append(depth) or profile)
-    job = TriangulateJob(RunSettings(str(tiny_model), 0, 8), depths=None, target=None, reserve=None,
-                         kv_types=[("f16", "f16")], fill=fill_choice)
+    monkeypatch.setattr(
+        triangulate,
+        "calibrate_deep",
+        lambda settings, profile, depth, *args, **kwargs: deep_calls.append(depth) or profile,
+    )
+    job = TriangulateJob(
+        RunSettings(str(tiny_model), 0, 8),
+        depths=None,
+        target=None,
+        reserve=None,
+        kv_types=[("f16", "f16")],
+        fill=fill_choice,
+    )
     notices: list[Notice] = []
     chosen, _ = job._plan_depths(read_model_info(str(tiny_model)), notices.append, threading.Event(), lambda pid: None)
     assert job.fill == mode

@@ -7,12 +7,11 @@ import struct
 import unicodedata
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 
-from cliff_tui.errors import BadInput
 from cliff_tui.engine.gguf_meta import model_info_from_metadata, read_model_info
 from cliff_tui.engine.llama_log import LEVEL_INFO, MAX_PARTIAL, LlamaLog, parse_buffer_line
+from cliff_tui.errors import BadInput
 from cliff_tui.text import LINE_LIMIT, LOG_LIMIT, inert
 from hostile import EVIL, HOSTILE, hostile_text
 from tiny_model import write_tiny_llama
@@ -57,7 +56,7 @@ def test_a_string_longer_than_the_file_is_a_truncated_gguf_not_a_memory_error(tm
     path = write_tiny_llama(tmp_path / "m.gguf", name="AAAA-name", **SMALL)
     data = path.read_bytes()
     at = data.index(b"AAAA-name") - 8  # the name's 64-bit length
-    path.write_bytes(data[:at] + (2**62).to_bytes(8, "little") + data[at + 8:])
+    path.write_bytes(data[:at] + (2**62).to_bytes(8, "little") + data[at + 8 :])
     with pytest.raises(BadInput, match="truncated"):
         read_model_info(path)
 
@@ -98,19 +97,25 @@ BLOCKS = [f"blk.{i}.attn_q.weight" for i in range(2)]
 NESTED = (struct.pack("<IQ", 9, 1) * 5000) + struct.pack("<IQ", 4, 0)
 
 
-@pytest.mark.parametrize("kv, tensors, outcome", [
-    ([("general.alignment", 8, _string("x"))], BLOCKS, "read"),
-    ([("general.alignment", 6, struct.pack("<f", math.inf))], BLOCKS, "read"),
-    ([("general.alignment", 4, struct.pack("<I", 3))], BLOCKS, "impossible GGUF alignment 3"),
-    ([("llama.block_count", 6, struct.pack("<f", math.inf))], BLOCKS, "read"),
-    ([("llama.attention.head_count_kv", 9, struct.pack("<IQff", 6, 2, math.nan, 1.0))], BLOCKS, "read"),
-    ([("llama.block_count", 4, struct.pack("<I", 4_000_000_000))], BLOCKS, "claims 4,000,000,000 layers"),
-    ([("llama.block_count", 4, struct.pack("<I", 126)), ("split.tensors.count", 4, struct.pack("<I", 1138))],
-     BLOCKS, "read"),  # the first file of a split model holds a few of its tensors
-    ([], ["blk.99999999999.attn_q.weight"], "read"),
-    ([("x", 9, NESTED)], BLOCKS, "nested too deep"),
-    ([("x", 9, struct.pack("<IQQ", 8, 1, 2**64 - 1))], BLOCKS, "truncated GGUF"),
-])
+@pytest.mark.parametrize(
+    "kv, tensors, outcome",
+    [
+        ([("general.alignment", 8, _string("x"))], BLOCKS, "read"),
+        ([("general.alignment", 6, struct.pack("<f", math.inf))], BLOCKS, "read"),
+        ([("general.alignment", 4, struct.pack("<I", 3))], BLOCKS, "impossible GGUF alignment 3"),
+        ([("llama.block_count", 6, struct.pack("<f", math.inf))], BLOCKS, "read"),
+        ([("llama.attention.head_count_kv", 9, struct.pack("<IQff", 6, 2, math.nan, 1.0))], BLOCKS, "read"),
+        ([("llama.block_count", 4, struct.pack("<I", 4_000_000_000))], BLOCKS, "claims 4,000,000,000 layers"),
+        (
+            [("llama.block_count", 4, struct.pack("<I", 126)), ("split.tensors.count", 4, struct.pack("<I", 1138))],
+            BLOCKS,
+            "read",
+        ),  # the first file of a split model holds a few of its tensors
+        ([], ["blk.99999999999.attn_q.weight"], "read"),
+        ([("x", 9, NESTED)], BLOCKS, "nested too deep"),
+        ([("x", 9, struct.pack("<IQQ", 8, 1, 2**64 - 1))], BLOCKS, "truncated GGUF"),
+    ],
+)
 def test_a_header_with_impossible_values_reads_or_is_one_clear_error(tmp_path, kv, tensors, outcome):
     path = _raw_gguf(tmp_path / "odd.gguf", kv, tensors)
     if outcome == "read":

@@ -10,12 +10,17 @@ import time
 
 import pytest
 
-from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
 from cliff_tui.engine.llama_log import parse_buffer_line, parse_flash_attn
 from cliff_tui.engine.runner import (
-    MIN_WINDOW_TOKENS, Run, RunOptions, context_size, probe_depths, window_length,
+    MIN_WINDOW_TOKENS,
+    Run,
+    RunOptions,
+    context_size,
+    probe_depths,
+    window_length,
 )
 from cliff_tui.engine.settings import resolve_settings
+from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
 from cliff_tui.events import BufferSize, DecodeWindow, Notice, RunFailed, RunFinished, RunProgress, RunSettings
 
 
@@ -23,16 +28,30 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cliff_tui", *args], capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("line, expected", [
-    ("load_tensors:   CPU_Mapped model buffer size =    92.10 MiB", BufferSize("CPU_Mapped", "model", round(92.10 * 2**20))),
-    ("llama_kv_cache:        CPU KV buffer size =    45.00 MiB", BufferSize("CPU", "kv", 47185920)),
-    ("sched_reserve:        CPU compute buffer size =   102.51 MiB", BufferSize("CPU", "compute", round(102.51 * 2**20))),
-    ("llama_kv_cache_unified:      CUDA0 KV buffer size =  1024.00 MiB", BufferSize("CUDA0", "kv", 1073741824)),
-    ("llama_context:  CUDA_Host  output buffer size =     0.58 MiB", BufferSize("CUDA_Host", "output", round(0.58 * 2**20))),
-    ("llama_new_context_with_model:      Metal compute buffer size =   164.01 MiB",
-     BufferSize("Metal", "compute", round(164.01 * 2**20))),
-    ("llama_context: n_ctx = 2048", None),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        (
+            "load_tensors:   CPU_Mapped model buffer size =    92.10 MiB",
+            BufferSize("CPU_Mapped", "model", round(92.10 * 2**20)),
+        ),
+        ("llama_kv_cache:        CPU KV buffer size =    45.00 MiB", BufferSize("CPU", "kv", 47185920)),
+        (
+            "sched_reserve:        CPU compute buffer size =   102.51 MiB",
+            BufferSize("CPU", "compute", round(102.51 * 2**20)),
+        ),
+        ("llama_kv_cache_unified:      CUDA0 KV buffer size =  1024.00 MiB", BufferSize("CUDA0", "kv", 1073741824)),
+        (
+            "llama_context:  CUDA_Host  output buffer size =     0.58 MiB",
+            BufferSize("CUDA_Host", "output", round(0.58 * 2**20)),
+        ),
+        (
+            "llama_new_context_with_model:      Metal compute buffer size =   164.01 MiB",
+            BufferSize("Metal", "compute", round(164.01 * 2**20)),
+        ),
+        ("llama_context: n_ctx = 2048", None),
+    ],
+)
 def test_buffer_log_lines_match_the_suffix_whatever_the_prefix(line, expected):
     assert parse_buffer_line(line) == expected
 
@@ -103,7 +122,9 @@ def test_slow_tokens_close_windows_and_probes_sooner(tiny_model, seconds, tokens
 
 
 def test_quantised_cache_needs_and_gets_flash_attention(tiny_model):
-    result = Run(RunSettings(str(tiny_model), 128, 8, cache_type_k="q8_0", cache_type_v="q8_0"), lambda e: None).execute()
+    result = Run(
+        RunSettings(str(tiny_model), 128, 8, cache_type_k="q8_0", cache_type_v="q8_0"), lambda e: None
+    ).execute()
     assert result.settings.flash_attn == "on"
     # q8_0 stores 34 bytes per 32 values: 2 layers × 2 heads × 64 values × 1.0625 B = 272 B/token × 256 cells
     assert result.kv_buffers["CPU"] == pytest.approx(272 * 256, abs=0.01 * 2**20)
@@ -125,8 +146,9 @@ def test_cancel_during_prefill_stops_within_a_second(smollm2):
     thread = threading.Thread(target=lambda: outcome.append(_capture(run.execute)))
     thread.start()
     deadline = time.time() + 60
-    while time.time() < deadline and not any(isinstance(e, RunProgress) and e.phase == "prefill" and e.depth >= 1024
-                                             for e in events):
+    while time.time() < deadline and not any(
+        isinstance(e, RunProgress) and e.phase == "prefill" and e.depth >= 1024 for e in events
+    ):
         time.sleep(0.05)
     t = time.monotonic()
     cancel.set()
@@ -139,16 +161,19 @@ def test_cancel_during_prefill_stops_within_a_second(smollm2):
 def _capture(fn):
     try:
         return fn()
-    except Exception as exc:  # noqa: BLE001 - the test inspects it
+    except Exception as exc:
         return exc
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda tmp, tiny: "/nonexistent.gguf", "model file not found"),
-    (lambda tmp, tiny: _write(tmp / "notes.txt", b"just some text\n"), "is not a GGUF file"),
-    (lambda tmp, tiny: _write(tmp / "cut.gguf", tiny.read_bytes()[: tiny.stat().st_size // 2]), "truncated GGUF"),
-    (lambda tmp, tiny: _write(tmp / "head.gguf", tiny.read_bytes()[:100]), "truncated GGUF"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda tmp, tiny: "/nonexistent.gguf", "model file not found"),
+        (lambda tmp, tiny: _write(tmp / "notes.txt", b"just some text\n"), "is not a GGUF file"),
+        (lambda tmp, tiny: _write(tmp / "cut.gguf", tiny.read_bytes()[: tiny.stat().st_size // 2]), "truncated GGUF"),
+        (lambda tmp, tiny: _write(tmp / "head.gguf", tiny.read_bytes()[:100]), "truncated GGUF"),
+    ],
+)
 def test_bad_model_files_exit_2_with_one_line(tmp_path, tiny_model, make, message):
     proc = cli("run", "-m", str(make(tmp_path, tiny_model)), "--headless")
     assert proc.returncode == 2
@@ -166,8 +191,17 @@ def test_headless_run_on_the_default_model_prints_the_record():
     proc = cli("run", "--headless", "--depth", "1024", "--n-gen", "32", "-o", "json")
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
-    for key in ("depth", "n_ctx", "baseline_tok_s", "depth_tok_s", "drop_pct", "verdict", "ram_delta_bytes",
-                "kv_buffers", "gpus"):
+    for key in (
+        "depth",
+        "n_ctx",
+        "baseline_tok_s",
+        "depth_tok_s",
+        "drop_pct",
+        "verdict",
+        "ram_delta_bytes",
+        "kv_buffers",
+        "gpus",
+    ):
         assert key in record
     assert record["depth"] == 1024 and record["n_ctx"] == 1280
     assert "CPU" in record["kv_buffers"]
@@ -184,7 +218,7 @@ def test_headless_formats(tiny_model, fmt):
     if fmt == "md":
         assert proc.stdout.startswith("| model |") and "\ncliff: " in proc.stdout
     elif fmt == "csv":
-        header, row = proc.stdout.strip().splitlines()[:2]
+        header, _row = proc.stdout.strip().splitlines()[:2]
         assert "baseline_tok_s" in header and "kv_buffers.CPU" in header
     else:
         assert json.loads(proc.stdout.strip().splitlines()[0])["depth"] == 128

@@ -10,14 +10,19 @@ import time
 import pytest
 
 from cliff_tui.listen import EXPORTER_PORT, parse_bind
-from exporter.running import clean_env, exporter, stop
-from exporter.scrape import scrape_url, value
+from exporting.running import clean_env, exporter, stop
+from exporting.scrape import scrape_url, value
 from fakes.http_server import closed_port
 
 
 def run_exporter(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cliff_tui", "exporter", *args], capture_output=True, text=True,
-                          timeout=timeout, env=clean_env())
+    return subprocess.run(
+        [sys.executable, "-m", "cliff_tui", "exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=clean_env(),
+    )
 
 
 def test_it_serves_this_machine_and_stops_cleanly_on_sigterm():
@@ -25,7 +30,7 @@ def test_it_serves_this_machine_and_stops_cleanly_on_sigterm():
         assert url.startswith("http://127.0.0.1:") and not any("warning" in line for line in lines)
         deadline = time.monotonic() + 20
         while True:
-            names, series = scrape_url(url + "/metrics")
+            _names, series = scrape_url(url + "/metrics")
             if value(series, "cliff_memory_used_bytes", tier="ram") is not None or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
@@ -86,8 +91,11 @@ def test_a_bad_bind_is_one_line_and_exit_2():
 @pytest.mark.parametrize("bind", ["[fe80::1]:0", "[fe80::1%lo]:0"])
 def test_a_link_local_bind_says_what_to_use_instead(bind):
     proc = run_exporter("--bind", bind)
-    assert (proc.returncode, proc.stderr) == (2, f"cliff-tui: cannot listen on {bind}, a link-local address: use "
-                                                 "another of this machine's addresses, or [::]:0 for all of them\n")
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"cliff-tui: cannot listen on {bind}, a link-local address: use "
+        "another of this machine's addresses, or [::]:0 for all of them\n",
+    )
 
 
 def test_a_wider_bind_prints_one_warning_line():
@@ -98,15 +106,18 @@ def test_a_wider_bind_prints_one_warning_line():
         assert value(series, "cliff_verdict_level") is not None
 
 
-@pytest.mark.parametrize("text, host, port, loopback", [
-    ("127.0.0.1:9464", "127.0.0.1", 9464, True),
-    ("[::1]:9464", "::1", 9464, True),
-    ("localhost", "localhost", EXPORTER_PORT, True),
-    ("9464", "127.0.0.1", 9464, True),
-    (":9464", "0.0.0.0", 9464, False),
-    ("10.0.0.5:0", "10.0.0.5", 0, False),
-    ("gpu-box-1:10450", "gpu-box-1", 10450, False),
-])
+@pytest.mark.parametrize(
+    "text, host, port, loopback",
+    [
+        ("127.0.0.1:9464", "127.0.0.1", 9464, True),
+        ("[::1]:9464", "::1", 9464, True),
+        ("localhost", "localhost", EXPORTER_PORT, True),
+        ("9464", "127.0.0.1", 9464, True),
+        (":9464", "0.0.0.0", 9464, False),
+        ("10.0.0.5:0", "10.0.0.5", 0, False),
+        ("gpu-box-1:10450", "gpu-box-1", 10450, False),
+    ],
+)
 def test_bind_addresses(text, host, port, loopback):
     bind = parse_bind(text)
     assert (bind.host, bind.port, bind.loopback) == (host, port, loopback)
@@ -118,7 +129,7 @@ def test_the_followed_process_is_exported():
     from cliff_tui.exporter.server import Exporter
     from cliff_tui.probes.sampler import Sampler
     from cliff_tui.session import Session
-    from exporter.scrape import scrape_registry
+    from exporting.scrape import scrape_registry
 
     session = Session(queued=False)
     session.feed(Sampler(pid=os.getpid()).sample())

@@ -8,7 +8,15 @@ import dataclasses
 import pytest
 
 from cliff_tui.events import (
-    ATTACH_RUN_ID, CgroupReading, CpuQuota, DecodeWindow, RamReading, Sample, ServedModel, SessionReading, SlotReading,
+    ATTACH_RUN_ID,
+    CgroupReading,
+    CpuQuota,
+    DecodeWindow,
+    RamReading,
+    Sample,
+    ServedModel,
+    SessionReading,
+    SlotReading,
     SwapReading,
 )
 from cliff_tui.exporter.collector import SIGN_LEVELS, verdict_level
@@ -19,8 +27,8 @@ from cliff_tui.probes.sampler import Sampler
 from cliff_tui.recording import demo
 from cliff_tui.session import Session
 from cliff_tui.units import GiB
-from conftest import DATA
-from exporter.scrape import labelsets, scrape_registry, value
+from exporting.scrape import labelsets, scrape_registry, value
+from paths import DATA
 
 UUID = "GPU-6f1c2a8e-3b9d-4c1e-9a57-0d2e8b4f7c31"
 
@@ -32,8 +40,12 @@ def exporter_for(events, **kwargs) -> Exporter:
 
 
 def with_uuid(events):
-    return [dataclasses.replace(e, gpus=tuple(dataclasses.replace(g, uuid=UUID) for g in e.gpus))
-            if isinstance(e, Sample) else e for e in events]
+    return [
+        dataclasses.replace(e, gpus=tuple(dataclasses.replace(g, uuid=UUID) for g in e.gpus))
+        if isinstance(e, Sample)
+        else e
+        for e in events
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +101,17 @@ def test_pcie_and_one_clock_event_gauge_per_reason(cliff):
     assert value(series, "cliff_pcie_rx_bytes_per_second", gpu="0") == pytest.approx(g.pcie_rx_bytes_s)
     assert value(series, "cliff_pcie_tx_bytes_per_second", gpu="0") == pytest.approx(g.pcie_tx_bytes_s)
     reasons = {ls["reason"] for ls in labelsets(series, "cliff_gpu_clock_event")}
-    assert reasons == {"idle", "app_clocks", "power_cap", "hw_slowdown", "sync_boost", "thermal_sw", "thermal_hw",
-                       "power_brake", "display_clocks"} and len(reasons) == len(CLOCK_EVENT_REASONS)
+    assert reasons == {
+        "idle",
+        "app_clocks",
+        "power_cap",
+        "hw_slowdown",
+        "sync_boost",
+        "thermal_sw",
+        "thermal_hw",
+        "power_brake",
+        "display_clocks",
+    } and len(reasons) == len(CLOCK_EVENT_REASONS)
     assert value(series, "cliff_gpu_info", gpu="0", uuid=UUID, vendor="nvidia") == 1
 
 
@@ -116,8 +137,10 @@ def test_no_gpu_means_no_gpu_samples_but_every_family_is_served():
     names, series = scrape_registry(cpu.registry)
     gpu_names, _ = scrape_registry(exporter_for(demo.gpu_cliff_run()).registry)
     assert names == gpu_names  # the same families on every host
-    assert labelsets(series, "cliff_memory_used_bytes") == [{"tier": "ram", "gpu": "", "uuid": ""},
-                                                            {"tier": "swap", "gpu": "", "uuid": ""}]
+    assert labelsets(series, "cliff_memory_used_bytes") == [
+        {"tier": "ram", "gpu": "", "uuid": ""},
+        {"tier": "swap", "gpu": "", "uuid": ""},
+    ]
     assert "cliff_pcie_rx_bytes_per_second" in names and not labelsets(series, "cliff_pcie_rx_bytes_per_second")
     # no swap on this demo box: sign 1 cannot be read, and says so
     assert value(series, "cliff_sign_applicable", sign="1") == 0
@@ -147,7 +170,7 @@ def test_the_samples_cpu_quota_and_its_throttled_periods():
     _, series = scrape_registry(exporter_for([sample]).registry)
     assert value(series, "cliff_cpu_quota_cpus") is None and value(series, "cliff_cpu_quota_periods_total") is None
     held = dataclasses.replace(sample, cpu_quota=CpuQuota("/kubepods/pod1", 1.5, 1200, 300))
-    names, series = scrape_registry(exporter_for([held]).registry)
+    _names, series = scrape_registry(exporter_for([held]).registry)
     assert value(series, "cliff_cpu_quota_cpus", cgroup="/kubepods/pod1") == 1.5
     assert value(series, "cliff_cpu_quota_periods_total", cgroup="/kubepods/pod1") == 1200
     assert value(series, "cliff_cpu_quota_throttled_periods_total", cgroup="/kubepods/pod1") == 300
@@ -158,16 +181,32 @@ def test_the_samples_cpu_quota_and_its_throttled_periods():
 
 def test_attached_servers_with_their_slots_and_rates():
     url = "http://user:secret@127.0.0.1:8080"
+
     def reading(t, tokens, seconds, used):
-        return SessionReading(t, "llama-server", url, "ok", tokens_predicted_total=tokens,
-                              tokens_predicted_seconds_total=seconds, prompt_tokens_total=tokens * 4,
-                              prompt_seconds_total=seconds, requests_processing=1,
-                              slots=(SlotReading(0, 4096, used, True), SlotReading(1, 4096, 0, False)))
+        return SessionReading(
+            t,
+            "llama-server",
+            url,
+            "ok",
+            tokens_predicted_total=tokens,
+            tokens_predicted_seconds_total=seconds,
+            prompt_tokens_total=tokens * 4,
+            prompt_seconds_total=seconds,
+            requests_processing=1,
+            slots=(SlotReading(0, 4096, used, True), SlotReading(1, 4096, 0, False)),
+        )
+
     ollama = SessionReading(2.0, "ollama", "http://127.0.0.1:11434", "unreachable", "connection refused")
-    ollama_models = SessionReading(3.0, "ollama", "http://127.0.0.2:11434", "ok",
-                                   models=(ServedModel("qwen2.5:7b", 5 * GiB, 3 * GiB, 8192),))
-    events = [reading(1.0, 100, 2.0, 500), ollama, ollama_models, reading(2.0, 160, 3.0, 560),
-              DecodeWindow(2.0, ATTACH_RUN_ID, "depth", 560, 60, 60.0, 0.0)]
+    ollama_models = SessionReading(
+        3.0, "ollama", "http://127.0.0.2:11434", "ok", models=(ServedModel("qwen2.5:7b", 5 * GiB, 3 * GiB, 8192),)
+    )
+    events = [
+        reading(1.0, 100, 2.0, 500),
+        ollama,
+        ollama_models,
+        reading(2.0, 160, 3.0, 560),
+        DecodeWindow(2.0, ATTACH_RUN_ID, "depth", 560, 60, 60.0, 0.0),
+    ]
     _, series = scrape_registry(exporter_for(events).registry)
     server = "http://127.0.0.1:8080"
     assert not any("secret" in v for (_, ls) in series for _, v in ls)
@@ -212,7 +251,7 @@ def test_the_collector_holds_the_pipeline_still_while_it_reads():
 def test_the_followed_processs_real_cgroup_is_the_ram_tier_not_the_exporters():
     """As root: a child in a 96 MiB memory cgroup; the exporter (outside it) exports that limit."""
     from cgroup_cliff import MiB
-    from conftest_cgroup import child_in_cgroup
+    from cgroup_fixtures import child_in_cgroup
 
     with child_in_cgroup(96 * MiB, 20 * MiB) as (made, child):
         session = Session(queued=False)
@@ -232,7 +271,7 @@ def test_the_followed_processs_real_cpu_quota_is_exported():
     import sys
     import time
 
-    from conftest_cgroup import quota_cgroup
+    from cgroup_fixtures import quota_cgroup
 
     spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
     with quota_cgroup(50_000) as made:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import DATA
-from exporter.dashboard import load, panels, queries, series_names
-from exporter.running import exporter
-from exporter.scrape import scrape_url
+from exporting.dashboard import load, panels, queries, series_names
+from exporting.running import exporter
+from exporting.scrape import scrape_url
+from paths import DATA
 
 
 @pytest.fixture(scope="module")
@@ -17,12 +17,15 @@ def served() -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("expr, names", [
-    ('max by (instance) (cliff_verdict_level{instance=~"$instance"})', {"cliff_verdict_level"}),
-    ('a{tier="ram"} / on(instance, gpu) group_left(uuid) b_total', {"a", "b_total"}),
-    ('sum by (reason) (rate(c[$__rate_interval])) > bool 0.5 offset 5m', {"c"}),
-    ('histogram_quantile(0.99, sum by (le) (rate(d_bucket{x="sum(y)"}[5m]))) * 1e3', {"d_bucket"}),
-])
+@pytest.mark.parametrize(
+    "expr, names",
+    [
+        ('max by (instance) (cliff_verdict_level{instance=~"$instance"})', {"cliff_verdict_level"}),
+        ('a{tier="ram"} / on(instance, gpu) group_left(uuid) b_total', {"a", "b_total"}),
+        ("sum by (reason) (rate(c[$__rate_interval])) > bool 0.5 offset 5m", {"c"}),
+        ('histogram_quantile(0.99, sum by (le) (rate(d_bucket{x="sum(y)"}[5m]))) * 1e3', {"d_bucket"}),
+    ],
+)
 def test_the_name_reader(expr, names):
     assert series_names(expr) == names
 
@@ -32,8 +35,13 @@ def test_the_dashboard_plots_what_it_promises():
     kinds = {p["type"] for p in panels(dashboard["panels"])}
     assert {"timeseries", "gauge", "state-timeline", "row"} <= kinds
     everything = " ".join(queries(dashboard))
-    for name in ("cliff_memory_used_bytes", "cliff_memory_capacity_bytes", "cliff_sign_level", "cliff_verdict_level",
-                 "cliff_decode_tokens_per_second"):
+    for name in (
+        "cliff_memory_used_bytes",
+        "cliff_memory_capacity_bytes",
+        "cliff_sign_level",
+        "cliff_verdict_level",
+        "cliff_decode_tokens_per_second",
+    ):
         assert name in everything
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert "instance" in variables and any(p.get("repeat") == "instance" for p in dashboard["panels"])

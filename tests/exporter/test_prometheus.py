@@ -8,20 +8,22 @@ import urllib.parse
 
 import pytest
 
-from conftest import DATA
-from exporter.dashboard import load, queries, substituted
-from exporter.prometheus import binary, scraping
-from exporter.running import exporter
-from jobs.test_attach import post_json, real_llama_server  # noqa: F401 - the fixture, shared
+from exporting.dashboard import load, queries, substituted
+from exporting.prometheus import binary, scraping
+from exporting.running import exporter
+from llama_server import post_json
+from paths import DATA
 
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     binary()
     args = ("--bind", "127.0.0.1:0", "-i", "0.25", "--from", str(DATA / "smollm2_triangulation.jsonl"))
-    with exporter(*args) as (url, _, _):
-        with scraping(urllib.parse.urlsplit(url).netloc, tmp_path_factory.mktemp("prometheus")) as prom:
-            yield prom
+    with (
+        exporter(*args) as (url, _, _),
+        scraping(urllib.parse.urlsplit(url).netloc, tmp_path_factory.mktemp("prometheus")) as prom,
+    ):
+        yield prom
 
 
 def test_prometheus_scrapes_the_ram_tier_and_the_signs(prometheus):
@@ -52,22 +54,27 @@ def test_prometheus_accepts_every_dashboard_query(prometheus):
 
 
 @pytest.mark.model
-def test_a_real_llama_servers_tok_s_reaches_prometheus(real_llama_server, tmp_path):  # noqa: F811
+def test_a_real_llama_servers_tok_s_reaches_prometheus(real_llama_server, tmp_path):
     url = real_llama_server
-    with exporter("--bind", "127.0.0.1:0", "-i", "0.25", "--llama-server", url) as (exporter_url, _, _):
-        with scraping(urllib.parse.urlsplit(exporter_url).netloc, tmp_path) as prom:
-            up = prom.wait_for(f'cliff_up{{server="{url}"}}')
-            assert float(up[0]["value"][1]) == 1
-            slots = prom.wait_for(f'cliff_server_slot_context_tokens{{server="{url}"}}')
-            assert float(slots[0]["value"][1]) == 2048
-            request = threading.Thread(target=post_json, args=(url + "/completion", {
-                "prompt": "Once upon a time", "n_predict": 48, "temperature": 0}), daemon=True)
-            request.start()
-            request.join(120)
-            rate = prom.wait_for(f'cliff_server_decode_tokens_per_second{{server="{url}"}}')
-            assert float(rate[0]["value"][1]) > 0
-            live = prom.wait_for('cliff_decode_tokens_per_second{source="attach"}')
-            print(f"\nreal llama-server through Prometheus: server {float(rate[0]['value'][1]):.1f} tok/s, "
-                  f"live {float(live[0]['value'][1]):.1f} tok/s")
-            used = prom.wait_for(f'cliff_server_slot_used_tokens{{server="{url}"}}')
-            assert float(used[0]["value"][1]) > 0
+    exporting = exporter("--bind", "127.0.0.1:0", "-i", "0.25", "--llama-server", url)
+    with exporting as (exporter_url, _, _), scraping(urllib.parse.urlsplit(exporter_url).netloc, tmp_path) as prom:
+        up = prom.wait_for(f'cliff_up{{server="{url}"}}')
+        assert float(up[0]["value"][1]) == 1
+        slots = prom.wait_for(f'cliff_server_slot_context_tokens{{server="{url}"}}')
+        assert float(slots[0]["value"][1]) == 2048
+        request = threading.Thread(
+            target=post_json,
+            args=(url + "/completion", {"prompt": "Once upon a time", "n_predict": 48, "temperature": 0}),
+            daemon=True,
+        )
+        request.start()
+        request.join(120)
+        rate = prom.wait_for(f'cliff_server_decode_tokens_per_second{{server="{url}"}}')
+        assert float(rate[0]["value"][1]) > 0
+        live = prom.wait_for('cliff_decode_tokens_per_second{source="attach"}')
+        print(
+            f"\nreal llama-server through Prometheus: server {float(rate[0]['value'][1]):.1f} tok/s, "
+            f"live {float(live[0]['value'][1]):.1f} tok/s"
+        )
+        used = prom.wait_for(f'cliff_server_slot_used_tokens{{server="{url}"}}')
+        assert float(used[0]["value"][1]) > 0

@@ -10,33 +10,31 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from cliff_tui.errors import BadInput
 from cliff_tui.events import UNKNOWN_MODEL, DecodeWindow, Notice, SessionReading
 from cliff_tui.jobs.attach import NOTHING_GENERATED, AttachJob, Poller, attach_once, endpoint_record
 from cliff_tui.pipeline import Pipeline
-from cliff_tui.probes.endpoints import http as ep
 from cliff_tui.probes.endpoints.llama_server import SlotsRead
 from cliff_tui.probes.sampler import Sampler
-from fakes.http_server import Route, closed_port, free_port
+from fakes.http_server import Route, closed_port
 from fakes.servers import BUSY, DECODING, llama, ollama
+from llama_server import post_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("http_proxy", "HTTP_PROXY")}
-    return subprocess.run([sys.executable, "-m", "cliff_tui", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "cliff_tui", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 # --- the polling job --------------------------------------------------------------------------------
@@ -139,7 +137,8 @@ def test_job_warns_once_when_the_server_serves_another_file_than_the_one_measure
     assert [w.text for w in warnings] == [
         "llama-server serves SmolLM2-135M-Instruct-Q4_1.gguf, the triangulation measured "
         "SmolLM2-135M-Instruct.Q4_1.gguf: unless they are the same model and quantisation, the gauge holds its "
-        "slots against another model's largest context (triangulate the served file to hold them against its own)"]
+        "slots against another model's largest context (triangulate the served file to hold them against its own)"
+    ]
     assert s.hits.count("/props") == 1
 
 
@@ -243,10 +242,17 @@ def test_once_measures_decode_between_two_readings(server):
     record, ok = once(AttachJob.from_args(s.url, None, 0.5, 2))
     lr = record["llama_server"]
     assert ok and record["ok"] and lr["status"] == "ok" and lr["reason"] is None
-    assert lr["decode_tok_s"] == pytest.approx(48.0) and lr["decode_basis"].startswith("server counters between the two readings")
+    assert lr["decode_tok_s"] == pytest.approx(48.0) and lr["decode_basis"].startswith(
+        "server counters between the two readings"
+    )
     assert lr["prompt_tok_s"] == pytest.approx(256.0) and "average" in lr["prompt_basis"]
-    assert lr["slots"][0] == {"id": 0, "n_ctx": 4096, "tokens_used": 1144, "processing": True,
-                              "context_used_pct": pytest.approx(27.93)}
+    assert lr["slots"][0] == {
+        "id": 0,
+        "n_ctx": 4096,
+        "tokens_used": 1144,
+        "processing": True,
+        "context_used_pct": pytest.approx(27.93),
+    }
     effect = lr["context_in_effect"]
     assert (effect["n_ctx_per_slot"], effect["slots"], effect["tokens_held"]) == (4096, 2, 1144)
     assert effect["unified"] is None and effect["n_ctx_total"] is None  # the server does not say
@@ -258,8 +264,10 @@ def test_once_measures_decode_between_two_readings(server):
 def split_slots(n_ctx: int, held: list[int]) -> Route:
     """The recorded /slots shape, one item per slot, each holding ``held[i]`` tokens."""
     item = json.loads((Path(__file__).parents[1] / "data" / "endpoints" / "llama_slots.json").read_text())[0]
-    slots = [{**item, "id": i, "n_ctx": n_ctx, "n_prompt_tokens": tokens, "is_processing": tokens > 0}
-             for i, tokens in enumerate(held)]
+    slots = [
+        {**item, "id": i, "n_ctx": n_ctx, "n_prompt_tokens": tokens, "is_processing": tokens > 0}
+        for i, tokens in enumerate(held)
+    ]
     return Route.text(json.dumps(slots), content_type="application/json")
 
 
@@ -307,18 +315,29 @@ def test_once_ollama_reports_models(server):
     record, ok = once(AttachJob.from_args(None, s.url))
     o = record["ollama"]
     assert ok and "llama_server" not in record
-    assert o["models"] == [{"name": "qwen2.5:14b", "size_bytes": 11957419008, "size_vram_bytes": 8405385216,
-                            "context_length": 32768, "in_ram_bytes": 11957419008 - 8405385216,
-                            "in_ram_pct": 29.7, "context_in_effect": 32768,
-                            "text": "30 % of the model in system RAM"}]
+    assert o["models"] == [
+        {
+            "name": "qwen2.5:14b",
+            "size_bytes": 11957419008,
+            "size_vram_bytes": 8405385216,
+            "context_length": 32768,
+            "in_ram_bytes": 11957419008 - 8405385216,
+            "in_ram_pct": 29.7,
+            "context_in_effect": 32768,
+            "text": "30 % of the model in system RAM",
+        }
+    ]
     assert o["decode_tok_s"] is None and "no token counters" in o["decode_reason"]
 
 
-@pytest.mark.parametrize("route, status", [
-    (Route.file("llama_no_metrics.json", 501), "no-metrics"),
-    (Route.file("not_llama.html"), "not-llama"),
-    (Route.file("llama_loading.json", 503), "error"),
-])
+@pytest.mark.parametrize(
+    "route, status",
+    [
+        (Route.file("llama_no_metrics.json", 501), "no-metrics"),
+        (Route.file("not_llama.html"), "not-llama"),
+        (Route.file("llama_loading.json", 503), "error"),
+    ],
+)
 def test_once_reports_every_failure_in_a_field(server, route, status):
     s = server(llama, route)
     record, ok = once(AttachJob.from_args(s.url, None))
@@ -398,66 +417,6 @@ def test_cli_attaches_to_a_process_by_pid():
         child.wait()
 
 
-# --- a real llama-server ----------------------------------------------------------------------------
-
-
-def find_llama_server() -> str | None:
-    candidates = [os.environ.get("LLAMA_SERVER"), shutil.which("llama-server"),
-                  str(ROOT / ".tools" / "llama-server" / "bin" / "llama-server")]
-    return next((c for c in candidates if c and os.access(c, os.X_OK) and Path(c).is_file()), None)
-
-
-def post_json(url: str, body: dict, timeout: float = 120) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, limit: float = 120) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"llama-server exited with {proc.returncode}")
-        reply = ep.fetch(url + "/health", 1)
-        if reply.status == 200:
-            return
-        time.sleep(0.25)
-    pytest.fail("llama-server did not become healthy in time")
-
-
-@pytest.fixture(scope="module")
-def real_llama_server(tmp_path_factory):
-    binary = find_llama_server()
-    if binary is None:
-        pytest.skip("no llama-server binary: set LLAMA_SERVER, put one on PATH, or run "
-                    "scripts/build_llama_tools.sh llama-server")
-    from cliff_tui.engine.default_model import default_model_path
-
-    try:
-        model = default_model_path()
-    except BadInput as exc:
-        pytest.skip(str(exc))
-    port = free_port()
-    log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-                                 "--metrics", "-c", "2048", "-np", "1", "-t", "2", "-ngl", "0"],
-                                stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.mark.model
 def test_real_llama_server_names_the_file_it_serves(real_llama_server):
     from cliff_tui.engine.default_model import default_model_path
@@ -469,15 +428,22 @@ def test_real_llama_server_names_the_file_it_serves(real_llama_server):
 @pytest.mark.model
 def test_real_llama_server_after_one_chat_request(real_llama_server):
     url = real_llama_server
-    reply = post_json(url + "/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "Name three colours of the rainbow."}],
-        "max_tokens": 32, "temperature": 0})
+    reply = post_json(
+        url + "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "Name three colours of the rainbow."}],
+            "max_tokens": 32,
+            "temperature": 0,
+        },
+    )
     assert reply["usage"]["completion_tokens"] > 0
     proc = run_cli("attach", "--llama-server", url, "--once", "--json")
     assert proc.returncode == 0, proc.stderr
     lr = json.loads(proc.stdout)["llama_server"]
-    print(f"\nreal llama-server: decode {lr['decode_tok_s']:.1f} tok/s ({lr['decode_basis']}), "
-          f"prompt {lr['prompt_tok_s']:.1f} tok/s, slots {lr['slots']}")
+    print(
+        f"\nreal llama-server: decode {lr['decode_tok_s']:.1f} tok/s ({lr['decode_basis']}), "
+        f"prompt {lr['prompt_tok_s']:.1f} tok/s, slots {lr['slots']}"
+    )
     assert lr["status"] == "ok" and lr["decode_tok_s"] > 0
     assert lr["slots"][0]["n_ctx"] == 2048
     assert lr["slots"][0]["tokens_used"] >= reply["usage"]["completion_tokens"]
@@ -487,8 +453,14 @@ def test_real_llama_server_after_one_chat_request(real_llama_server):
 def test_real_llama_server_tok_s_moves_while_a_request_runs(real_llama_server):
     url = real_llama_server
     job = AttachJob.from_args(url, None, interval=0.25, timeout=2)
-    request = threading.Thread(target=post_json, args=(url + "/completion", {
-        "prompt": "Once upon a time", "n_predict": 200, "ignore_eos": True, "temperature": 0}), daemon=True)
+    request = threading.Thread(
+        target=post_json,
+        args=(
+            url + "/completion",
+            {"prompt": "Once upon a time", "n_predict": 200, "ignore_eos": True, "temperature": 0},
+        ),
+        daemon=True,
+    )
     pipeline = Pipeline()
     events: list = []
     cancel = threading.Event()
@@ -504,8 +476,10 @@ def test_real_llama_server_tok_s_moves_while_a_request_runs(real_llama_server):
     rates = [v for _, v in pipeline.history.get("tok_s").points() if v]
     live = [e.tok_s for e in events if isinstance(e, DecodeWindow)]
     busy = [r for r in readings(events) if (r.requests_processing or 0) > 0]
-    print(f"\nreal llama-server live: {len(readings(events))} readings, {len(busy)} while busy, "
-          f"live tok/s {[round(v, 1) for v in live]}, series {[round(v, 1) for v in rates]}")
+    print(
+        f"\nreal llama-server live: {len(readings(events))} readings, {len(busy)} while busy, "
+        f"live tok/s {[round(v, 1) for v in live]}, series {[round(v, 1) for v in rates]}"
+    )
     assert busy, "no reading caught the request running"
     assert len(live) >= 3, "the tok/s series should move while the request runs, not only after it"
     assert rates and all(v > 0 for v in rates)

@@ -16,11 +16,15 @@ import pytest
 from cliff_tui.engine.worker import PrefillProfile
 from cliff_tui.errors import BadInput
 from cliff_tui.events import RunFinished, RunSettings
+from cliff_tui.jobs.triangulate import (
+    DEFAULT_DEPTHS,
+    TriangulateJob,
+    estimate_filled_seconds,
+    estimate_seconds,
+    plan_depths,
+)
 from cliff_tui.recording.export import replay_all
 from cliff_tui.recording.reader import open_recording
-from cliff_tui.jobs.triangulate import (
-    DEFAULT_DEPTHS, TriangulateJob, estimate_filled_seconds, estimate_seconds, plan_depths,
-)
 from cliff_tui.report import triangulation_output
 from cliff_tui.units import fmt_duration
 
@@ -32,8 +36,22 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def recorded(tiny_model, tmp_path_factory):
     path = tmp_path_factory.mktemp("tri") / "tri.jsonl"
-    proc = cli("triangulate", "-m", str(tiny_model), "--headless", "--depths", "256,512,1024", "--n-gen", "16",
-               "--target", "4096", "-o", "json", "--record", str(path))
+    proc = cli(
+        "triangulate",
+        "-m",
+        str(tiny_model),
+        "--headless",
+        "--depths",
+        "256,512,1024",
+        "--n-gen",
+        "16",
+        "--target",
+        "4096",
+        "-o",
+        "json",
+        "--record",
+        str(path),
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), path
 
@@ -60,8 +78,13 @@ def test_points_are_chained_and_isolated(recorded):
 
 
 def test_each_point_runs_in_a_worker_process_of_its_own(tiny_model):
-    job = TriangulateJob(RunSettings(model_path=str(tiny_model), depth=0, n_gen=8), depths=[128, 256],
-                         target=1024, reserve=None, kv_types=[("f16", "f16")])
+    job = TriangulateJob(
+        RunSettings(model_path=str(tiny_model), depth=0, n_gen=8),
+        depths=[128, 256],
+        target=1024,
+        reserve=None,
+        kv_types=[("f16", "f16")],
+    )
     followed: list[int | None] = []
     events: list[object] = []
     assert job.run(events.append, threading.Event(), followed.append) == "done"
@@ -73,8 +96,13 @@ def test_each_point_runs_in_a_worker_process_of_its_own(tiny_model):
 
 def test_a_job_given_a_reserve_no_tier_holds_refuses_before_it_runs_anything(tiny_model):
     reserve = 4 * psutil.virtual_memory().total
-    job = TriangulateJob(RunSettings(model_path=str(tiny_model), depth=0, n_gen=8), depths=[128, 256],
-                         target=1024, reserve=reserve, kv_types=[("f16", "f16")])
+    job = TriangulateJob(
+        RunSettings(model_path=str(tiny_model), depth=0, n_gen=8),
+        depths=[128, 256],
+        target=1024,
+        reserve=reserve,
+        kv_types=[("f16", "f16")],
+    )
     events: list[object] = []
     with pytest.raises(BadInput, match=r"is more than any memory tier here holds \(the largest: "):
         job.run(events.append, threading.Event(), lambda pid: None)
@@ -89,8 +117,18 @@ def test_a_replayed_triangulation_gives_the_same_output(recorded):
 
 
 def test_a_context_that_does_not_fit_is_a_data_point_and_the_others_go_on(tiny_model):
-    proc = cli("triangulate", "-m", str(tiny_model), "--headless", "--depths", "256,512,2000000000",
-               "--n-gen", "8", "-o", "json")
+    proc = cli(
+        "triangulate",
+        "-m",
+        str(tiny_model),
+        "--headless",
+        "--depths",
+        "256,512,2000000000",
+        "--n-gen",
+        "8",
+        "-o",
+        "json",
+    )
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     assert len(record["runs"]) == 2
@@ -101,8 +139,20 @@ def test_a_context_that_does_not_fit_is_a_data_point_and_the_others_go_on(tiny_m
 
 
 def test_compare_kv_types_side_by_side(tiny_model):
-    proc = cli("triangulate", "-m", str(tiny_model), "--headless", "--depths", "256,512,1024", "--n-gen", "8",
-               "--compare-kv", "f16,q8_0", "-o", "json")
+    proc = cli(
+        "triangulate",
+        "-m",
+        str(tiny_model),
+        "--headless",
+        "--depths",
+        "256,512,1024",
+        "--n-gen",
+        "8",
+        "--compare-kv",
+        "f16,q8_0",
+        "-o",
+        "json",
+    )
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     assert [t["cache_types"] for t in record["kv_compare"]] == ["f16", "q8_0"]
@@ -110,8 +160,20 @@ def test_compare_kv_types_side_by_side(tiny_model):
     assert ratio["types"] == "q8_0 vs f16"
     assert ratio["expected"] == pytest.approx(34 / 64)
     assert ratio["measured_allocated"] < 1.0
-    md = cli("triangulate", "-m", str(tiny_model), "--headless", "--depths", "256,512", "--n-gen", "8",
-             "--compare-kv", "f16,q8_0", "-o", "md")
+    md = cli(
+        "triangulate",
+        "-m",
+        str(tiny_model),
+        "--headless",
+        "--depths",
+        "256,512",
+        "--n-gen",
+        "8",
+        "--compare-kv",
+        "f16,q8_0",
+        "-o",
+        "md",
+    )
     assert "q8_0 vs f16: measured" in md.stdout and "expected 0.53" in md.stdout
 
 
@@ -136,8 +198,9 @@ def test_a_filled_triangulation_is_estimated_by_its_last_calls_not_the_whole_pre
     tail_65k = cpu.prefill_seconds(65_000 - 512, 65_000)
     assert filled > tail_65k + cpu.decode_seconds(65_000, 24)
     # each point probes only deeper than the one before: starting at 32k leaves the 65k point alone
-    assert estimate_filled_seconds(cpu, [65_000], 64, per_cell, 512, reached=32_000) < \
-        estimate_filled_seconds(cpu, [65_000], 64, per_cell, 512)
+    assert estimate_filled_seconds(cpu, [65_000], 64, per_cell, 512, reached=32_000) < estimate_filled_seconds(
+        cpu, [65_000], 64, per_cell, 512
+    )
     # a sliding-window model prefills its window's ring (window + ubatch) at depth and before each probe
     swa = estimate_filled_seconds(cpu, DEFAULT_DEPTHS, 64, per_cell, 512, n_swa=512)
     ring_at_depth = sum(cpu.prefill_seconds(d - 1024, d - 512) for d in DEFAULT_DEPTHS)
@@ -184,5 +247,7 @@ def test_a_point_slower_than_the_calibration_says_the_new_estimate(recorded):
     job._revise_estimate(slow, 10.0, job.depths[1:], 0, notices.append)
     assert len(notices) == 1 and notices[0].level == "warning"
     took = fmt_duration(slow.elapsed_s)
-    assert "will take about" in notices[0].text and f"the 2,048 point took {took} where 10s was expected " \
-        "(prefill 60 tok/s" in notices[0].text, notices[0].text
+    assert (
+        "will take about" in notices[0].text
+        and f"the 2,048 point took {took} where 10s was expected (prefill 60 tok/s" in notices[0].text
+    ), notices[0].text

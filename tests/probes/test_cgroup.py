@@ -14,7 +14,12 @@ import pytest
 
 from cliff_tui.events import CpuQuota
 from cliff_tui.probes.cgroup import (
-    CgroupMount, cgroup_directory, cgroup_paths, find_mounts, read_cgroup_memory, read_cpu_quota,
+    CgroupMount,
+    cgroup_directory,
+    cgroup_paths,
+    find_mounts,
+    read_cgroup_memory,
+    read_cpu_quota,
 )
 
 MiB = 1024 * 1024
@@ -106,17 +111,22 @@ def v1_cgroup(directory: Path, limit: str, usage: int, swap: int, hierarchical: 
     write(directory / "memory.limit_in_bytes", f"{limit}\n")
     write(directory / "memory.usage_in_bytes", f"{usage}\n")
     write(directory / "memory.memsw.usage_in_bytes", f"{usage + swap}\n")
-    write(directory / "memory.stat", (
-        f"cache 1\nrss 2\nswap 3\nhierarchical_memory_limit {hierarchical or limit}\n"
-        f"hierarchical_memsw_limit {V1_NO_LIMIT}\ntotal_cache {usage // 4}\ntotal_rss {usage // 2}\n"
-        f"total_swap {swap}\n"))
+    write(
+        directory / "memory.stat",
+        (
+            f"cache 1\nrss 2\nswap 3\nhierarchical_memory_limit {hierarchical or limit}\n"
+            f"hierarchical_memsw_limit {V1_NO_LIMIT}\ntotal_cache {usage // 4}\ntotal_rss {usage // 2}\n"
+            f"total_swap {swap}\n"
+        ),
+    )
 
 
 def v1_host(tmp_path: Path, cgroup: str, root: str = "/") -> tuple[str, str]:
-    mountinfo = (f"31 23 0:28 / {tmp_path}/fs rw - tmpfs tmpfs rw\n"
-                 f"32 31 0:29 / {tmp_path}/cpu rw - cgroup cgroup rw,cpu\n"
-                 f"35 31 0:32 {root} {tmp_path}/mem rw,relatime - cgroup cgroup rw,memory\n"
-                 + v2_mount(tmp_path))
+    mountinfo = (
+        f"31 23 0:28 / {tmp_path}/fs rw - tmpfs tmpfs rw\n"
+        f"32 31 0:29 / {tmp_path}/cpu rw - cgroup cgroup rw,cpu\n"
+        f"35 31 0:32 {root} {tmp_path}/mem rw,relatime - cgroup cgroup rw,memory\n" + v2_mount(tmp_path)
+    )
     return host(tmp_path, mountinfo, f"9:name=systemd:/\n4:memory:{cgroup}\n1:cpu:/\n0::/\n")
 
 
@@ -126,8 +136,12 @@ def test_v1_memory_hierarchy_wins_over_a_v2_mount_without_it(tmp_path):
     v1_cgroup(tmp_path / "mem/jobs/a", str(150 * MiB), 149 * MiB, 109 * MiB)
     r = read_cgroup_memory(PID, proc=proc, mountinfo=mountinfo)
     assert (r.version, r.limit_bytes, r.limited_by) == (1, 150 * MiB, "/jobs/a")
-    assert (r.usage_bytes, r.swap_bytes, r.anon_bytes, r.file_bytes) == (149 * MiB, 109 * MiB, 149 * MiB // 2,
-                                                                         149 * MiB // 4)
+    assert (r.usage_bytes, r.swap_bytes, r.anon_bytes, r.file_bytes) == (
+        149 * MiB,
+        109 * MiB,
+        149 * MiB // 2,
+        149 * MiB // 4,
+    )
     assert r.swap_limit_bytes is None and "memory+swap" in r.reasons["swap_limit_bytes"]
 
 
@@ -170,9 +184,12 @@ def test_unreadable_file_is_a_reason(tmp_path):
 
 
 def test_mountinfo_escapes_and_first_mount_wins(tmp_path):
-    write(tmp_path / "mi", "40 1 0:5 / /sys/fs/cgroup/my\\040mem rw - cgroup cgroup rw,memory,cpu\n"
-                           "41 1 0:6 / /elsewhere rw - cgroup cgroup rw,memory\n"
-                           "42 1 0:7 /sub /sys/fs/cgroup/unified rw shared:1 - cgroup2 cgroup2 rw\n")
+    write(
+        tmp_path / "mi",
+        "40 1 0:5 / /sys/fs/cgroup/my\\040mem rw - cgroup cgroup rw,memory,cpu\n"
+        "41 1 0:6 / /elsewhere rw - cgroup cgroup rw,memory\n"
+        "42 1 0:7 /sub /sys/fs/cgroup/unified rw shared:1 - cgroup2 cgroup2 rw\n",
+    )
     mounts = find_mounts(str(tmp_path / "mi"))
     assert mounts[1] == CgroupMount(1, "/sys/fs/cgroup/my mem", "/")
     assert mounts[2] == CgroupMount(2, "/sys/fs/cgroup/unified", "/sub")
@@ -206,7 +223,7 @@ def test_this_process_reads_without_error():
 
 
 def test_real_cgroup_limit_and_usage_of_a_child():
-    from conftest_cgroup import child_in_cgroup
+    from cgroup_fixtures import child_in_cgroup
 
     with child_in_cgroup(96 * MiB, 40 * MiB) as (made, child):
         r = read_cgroup_memory(child.pid)
@@ -221,9 +238,11 @@ def test_real_cgroup_limit_and_usage_of_a_child():
 
 
 def v1_cpu_host(tmp_path: Path, cgroup: str, root: str = "/") -> tuple[str, str]:
-    mountinfo = (f"32 31 0:29 {root} {tmp_path}/cpu rw - cgroup cgroup rw,cpu,cpuacct\n"
-                 f"33 31 0:30 / {tmp_path}/cpuset rw - cgroup cgroup rw,cpuset\n"
-                 f"35 31 0:32 / {tmp_path}/mem rw,relatime - cgroup cgroup rw,memory\n" + v2_mount(tmp_path))
+    mountinfo = (
+        f"32 31 0:29 {root} {tmp_path}/cpu rw - cgroup cgroup rw,cpu,cpuacct\n"
+        f"33 31 0:30 / {tmp_path}/cpuset rw - cgroup cgroup rw,cpuset\n"
+        f"35 31 0:32 / {tmp_path}/mem rw,relatime - cgroup cgroup rw,memory\n" + v2_mount(tmp_path)
+    )
     return host(tmp_path, mountinfo, f"5:cpuset:/other\n4:memory:/other\n2:cpu,cpuacct:{cgroup}\n0::/\n")
 
 
@@ -261,8 +280,10 @@ def test_v2_cpu_max(tmp_path):
     proc, mountinfo = host(tmp_path, v2_mount(tmp_path), "0::/system.slice/llama.service\n")
     write(tmp_path / "cg/system.slice/cpu.max", "max 100000\n")
     write(tmp_path / "cg/system.slice/llama.service/cpu.max", "300000 100000\n")
-    write(tmp_path / "cg/system.slice/llama.service/cpu.stat",
-          "usage_usec 9000\nuser_usec 8000\nsystem_usec 1000\nnr_periods 7\nnr_throttled 2\nthrottled_usec 900\n")
+    write(
+        tmp_path / "cg/system.slice/llama.service/cpu.stat",
+        "usage_usec 9000\nuser_usec 8000\nsystem_usec 1000\nnr_periods 7\nnr_throttled 2\nthrottled_usec 900\n",
+    )
     assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota("/system.slice/llama.service", 3.0, 7, 2)
     write(tmp_path / "cg/system.slice/llama.service/cpu.stat", "nr_periods x\ngarbage\n")
     assert read_cpu_quota(PID, proc=proc, mountinfo=mountinfo) == CpuQuota("/system.slice/llama.service", 3.0)
@@ -295,8 +316,7 @@ def test_no_cgroup_file_is_no_quota(tmp_path):
 
 
 def test_real_cpu_quota_of_a_child():
-    from conftest_cgroup import quota_cgroup
-
+    from cgroup_fixtures import quota_cgroup
     from cliff_tui.probes.sampler import Sampler
 
     spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
@@ -313,8 +333,7 @@ def test_real_cpu_quota_of_a_child():
 
 
 def test_the_sampler_searches_for_the_quota_seldom_and_reads_its_periods_each_time():
-    from conftest_cgroup import quota_cgroup
-
+    from cgroup_fixtures import quota_cgroup
     from cliff_tui.probes.sampler import CGROUP_SEARCH_EVERY_S, CgroupLimits
 
     now = [0.0]
@@ -324,7 +343,8 @@ def test_the_sampler_searches_for_the_quota_seldom_and_reads_its_periods_each_ti
         child = made.popen([sys.executable, "-c", spin])
         _, first = limits.read(child.pid, 1 << 50)
         (made.directory / ("cpu.max" if made.version == 2 else "cpu.cfs_quota_us")).write_text(
-            "80000 100000" if made.version == 2 else "80000")
+            "80000 100000" if made.version == 2 else "80000"
+        )
         time.sleep(0.6)
         now[0] = 2.5
         _, kept = limits.read(child.pid, 1 << 50)
@@ -335,8 +355,7 @@ def test_the_sampler_searches_for_the_quota_seldom_and_reads_its_periods_each_ti
 
 
 def test_the_sampler_finds_a_memory_limit_at_its_next_search_and_reads_its_use_in_between():
-    from conftest_cgroup import limited_cgroup
-
+    from cgroup_fixtures import limited_cgroup
     from cliff_tui.probes.sampler import CGROUP_SEARCH_EVERY_S, CgroupLimits
 
     now = [0.0]

@@ -21,20 +21,25 @@ from cliff_tui.probes.endpoints import http as ep
 from cliff_tui.probes.endpoints.discovery import discover
 from cliff_tui.probes.endpoints.http import BadUrl, describe_network_error, normalise_url
 from cliff_tui.probes.endpoints.llama_server import (
-    SlotProgress, SlotsRead, probe_llama_server, read_llama_server, read_model_file,
+    SlotProgress,
+    SlotsRead,
+    probe_llama_server,
+    read_llama_server,
+    read_model_file,
 )
 from cliff_tui.probes.endpoints.ollama import read_ollama
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
 from fakes.http_server import Route, closed_port
 from fakes.servers import llama, ollama, plain
 
-
 # --- parsing --------------------------------------------------------------------------------------
 
 
 def test_prometheus_text_parses_counters_gauges_and_labels():
-    text = ("# HELP x y\n# TYPE llamacpp:a counter\nllamacpp:a 12.5\nllamacpp:b 3e2\n"
-            'm{position="0"} 4\nbad line\nnan_metric NaN\ninf_metric +Inf\n')
+    text = (
+        "# HELP x y\n# TYPE llamacpp:a counter\nllamacpp:a 12.5\nllamacpp:b 3e2\n"
+        'm{position="0"} 4\nbad line\nnan_metric NaN\ninf_metric +Inf\n'
+    )
     values = parse_prometheus(text)
     assert values["llamacpp:a"] == 12.5 and values["llamacpp:b"] == 300
     assert values['m{position="0"}'] == 4
@@ -48,10 +53,11 @@ def test_a_counter_keeps_the_name_the_server_wrote():
 
 
 def test_one_bad_line_hides_none_of_the_good_ones():
-    text = ('llamacpp:a 1\nx{a="1} 2\n\x00\x01\nllamacpp:b{slot="0",q="say \\"hi\\""} 2\n'
-            "# TYPE broken\nllamacpp:c 3 1700000000000\n")
-    assert parse_prometheus(text) == {"llamacpp:a": 1, 'llamacpp:b{slot="0",q="say \\"hi\\""}': 2,
-                                      "llamacpp:c": 3}
+    text = (
+        'llamacpp:a 1\nx{a="1} 2\n\x00\x01\nllamacpp:b{slot="0",q="say \\"hi\\""} 2\n'
+        "# TYPE broken\nllamacpp:c 3 1700000000000\n"
+    )
+    assert parse_prometheus(text) == {"llamacpp:a": 1, 'llamacpp:b{slot="0",q="say \\"hi\\""}': 2, "llamacpp:c": 3}
 
 
 @given(st.text(max_size=300))
@@ -61,31 +67,52 @@ def test_the_parser_never_raises(text):
     assert all(isinstance(v, float) and math.isfinite(v) for v in values.values())
 
 
-@pytest.mark.parametrize("given, base", [
-    ("127.0.0.1:8080", "http://127.0.0.1:8080"),
-    ("http://127.0.0.1:8080/", "http://127.0.0.1:8080"),
-    ("http://localhost:8080/metrics", "http://localhost:8080"),
-    ("https://box.lan/llm/v1", "https://box.lan/llm"),
-    ("http://[::1]:11434/api/ps", "http://[::1]:11434"),
-    ("http://127.0.0.1:8080/v1/chat/completions", "http://127.0.0.1:8080"),  # the URL a chat client is given
-    ("https://box.lan/llm/v1/completions/", "https://box.lan/llm"),
-    ("http://127.0.0.1:11434/api/generate", "http://127.0.0.1:11434"),
-    ("http://127.0.0.1:8080/?from=me@box", "http://127.0.0.1:8080"),  # an @ past the host is no user name
-])
+@pytest.mark.parametrize(
+    "given, base",
+    [
+        ("127.0.0.1:8080", "http://127.0.0.1:8080"),
+        ("http://127.0.0.1:8080/", "http://127.0.0.1:8080"),
+        ("http://localhost:8080/metrics", "http://localhost:8080"),
+        ("https://box.lan/llm/v1", "https://box.lan/llm"),
+        ("http://[::1]:11434/api/ps", "http://[::1]:11434"),
+        ("http://127.0.0.1:8080/v1/chat/completions", "http://127.0.0.1:8080"),  # the URL a chat client is given
+        ("https://box.lan/llm/v1/completions/", "https://box.lan/llm"),
+        ("http://127.0.0.1:11434/api/generate", "http://127.0.0.1:11434"),
+        ("http://127.0.0.1:8080/?from=me@box", "http://127.0.0.1:8080"),  # an @ past the host is no user name
+    ],
+)
 def test_urls_are_normalised_to_the_server_base(given, base):
     assert normalise_url(given) == base
 
 
-@pytest.mark.parametrize("url", ["http://admin:hunter2@127.0.0.1:8080", "http://admin:hunter2@127.0.0.1:99999",
-                                 "ftp://admin:hunter2@host", "http://admin:hunter2@[::1:8080", "admin:hunter2@gpu box"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://admin:hunter2@127.0.0.1:8080",
+        "http://admin:hunter2@127.0.0.1:99999",
+        "ftp://admin:hunter2@host",
+        "http://admin:hunter2@[::1:8080",
+        "admin:hunter2@gpu box",
+    ],
+)
 def test_a_password_in_the_url_is_refused_and_not_printed(url):
     with pytest.raises(BadInput, match="carries a user name or password") as refused:
         AttachJob.from_args(url, None)
     assert "hunter2" not in str(refused.value)
 
 
-@pytest.mark.parametrize("bad", ["ftp://host", "http://", "http://host:99999x", "http://[::1:8080", "[x]:80",
-                                 "http://user:pw@127.0.0.1:8080", "http://gpu box:8080"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "ftp://host",
+        "http://",
+        "http://host:99999x",
+        "http://[::1:8080",
+        "[x]:80",
+        "http://user:pw@127.0.0.1:8080",
+        "http://gpu box:8080",
+    ],
+)
 def test_bad_urls_are_bad_input_not_a_traceback(bad):
     with pytest.raises(BadUrl):
         normalise_url(bad)
@@ -104,18 +131,23 @@ def test_network_errors_read_as_one_line():
 # --- llama-server -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("props, name", [
-    (Route.file("llama_props.json"), "SmolLM2-135M-Instruct-Q4_1.gguf"),
-    (Route.text(json.dumps({"model_path": "C:\\models\\q.gguf"}), content_type="application/json"), "q.gguf"),
-    (Route.text(json.dumps({"model_path": "/m/\u001b]0;owned\u0007x.gguf"}), content_type="application/json"),
-     "\x1b]0;owned\x07x.gguf"),  # as written: compared raw, made inert where it is shown
-    (Route.text(json.dumps({"model_path": ""}), content_type="application/json"), None),
-    (Route.text(json.dumps({"model_path": "/"}), content_type="application/json"), None),
-    (Route.text(json.dumps({"model_path": "none"}), content_type="application/json"), None),  # a router
-    (Route.text(json.dumps({"model_path": ["/m/x.gguf"]}), content_type="application/json"), None),
-    (Route.text("not json"), None),
-    (Route.file("llama_props.json", status=500), None),
-])
+@pytest.mark.parametrize(
+    "props, name",
+    [
+        (Route.file("llama_props.json"), "SmolLM2-135M-Instruct-Q4_1.gguf"),
+        (Route.text(json.dumps({"model_path": "C:\\models\\q.gguf"}), content_type="application/json"), "q.gguf"),
+        (
+            Route.text(json.dumps({"model_path": "/m/\u001b]0;owned\u0007x.gguf"}), content_type="application/json"),
+            "\x1b]0;owned\x07x.gguf",
+        ),  # as written: compared raw, made inert where it is shown
+        (Route.text(json.dumps({"model_path": ""}), content_type="application/json"), None),
+        (Route.text(json.dumps({"model_path": "/"}), content_type="application/json"), None),
+        (Route.text(json.dumps({"model_path": "none"}), content_type="application/json"), None),  # a router
+        (Route.text(json.dumps({"model_path": ["/m/x.gguf"]}), content_type="application/json"), None),
+        (Route.text("not json"), None),
+        (Route.file("llama_props.json", status=500), None),
+    ],
+)
 def test_the_served_model_file_is_read_from_props(server, props, name):
     s = server(llama, Route.file("llama_metrics_idle.txt"), props=props)
     assert read_model_file(s.url, timeout=1) == name
@@ -161,8 +193,12 @@ def test_without_metrics_flag_says_so_and_still_reads_slots(server):
 
 
 def test_without_metrics_and_slots_takes_n_ctx_from_props(server):
-    s = server(llama, Route.file("llama_no_metrics.json", 501), Route.file("llama_no_slots.json", 501),
-               props=Route.file("llama_props.json"))
+    s = server(
+        llama,
+        Route.file("llama_no_metrics.json", 501),
+        Route.file("llama_no_slots.json", 501),
+        props=Route.file("llama_props.json"),
+    )
     r = read_llama_server(s.url, 2)
     assert r.status == "no-metrics"
     assert [(slot.n_ctx, slot.tokens_used) for slot in r.slots] == [(8192, None), (8192, None)]
@@ -202,10 +238,13 @@ def test_a_404_from_a_llama_server_without_the_route_reads_as_no_metrics(server)
     assert r.status == "no-metrics" and "HTTP 404" in r.message
 
 
-@pytest.mark.parametrize("body, status, words", [
-    ("llama_api_key.json", 401, "--api-key"),
-    ("llama_loading.json", 503, "not ready"),
-])
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        ("llama_api_key.json", 401, "--api-key"),
+        ("llama_loading.json", 503, "not ready"),
+    ],
+)
 def test_llama_server_errors_are_reported(server, body, status, words):
     s = server(llama, Route.file(body, status))
     r = read_llama_server(s.url, 2)
@@ -318,21 +357,33 @@ def test_server_that_hangs_up_is_unreachable(server):
     assert r.status == "unreachable" and "\n" not in r.message
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                      max_size=3), max_leaves=10)
-bodies = st.one_of(st.text(max_size=200), json_values.map(json.dumps),
-                   st.sampled_from(["llamacpp:tokens_predicted_total x\n", "llamacpp:requests_processing NaN\n",
-                                    "llamacpp:kv_cache_tokens +Inf\n", '[{"id": 0, "n_ctx": NaN}]',
-                                    '{"error": {"message": 5}}', '{"error": {"message": "metrics"}}',
-                                    '[{"id": "a", "n_ctx": true}]', '[{"id": 0, "n_ctx": 1' + "0" * 400 + "}]",
-                                    '{"models": [{"name": "m", "size": 1' + "0" * 400 + "}]}",
-                                    "[" * 100_000 + "]" * 100_000]))
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
+bodies = st.one_of(
+    st.text(max_size=200),
+    json_values.map(json.dumps),
+    st.sampled_from(
+        [
+            "llamacpp:tokens_predicted_total x\n",
+            "llamacpp:requests_processing NaN\n",
+            "llamacpp:kv_cache_tokens +Inf\n",
+            '[{"id": 0, "n_ctx": NaN}]',
+            '{"error": {"message": 5}}',
+            '{"error": {"message": "metrics"}}',
+            '[{"id": "a", "n_ctx": true}]',
+            '[{"id": 0, "n_ctx": 1' + "0" * 400 + "}]",
+            '{"models": [{"name": "m", "size": 1' + "0" * 400 + "}]}",
+            "[" * 100_000 + "]" * 100_000,
+        ]
+    ),
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(replies=st.lists(st.tuples(st.sampled_from([None, 200, 404, 500, 501, 503]), bodies), min_size=1,
-                        max_size=5))
+@given(replies=st.lists(st.tuples(st.sampled_from([None, 200, 404, 500, 501, 503]), bodies), min_size=1, max_size=5))
 def test_readers_never_raise_whatever_the_server_says(replies):
     """Any status and body, in any order, gives a reading with a known status and no exception."""
     queue = list(replies)
@@ -364,8 +415,9 @@ def test_legacy_slots_progress_reads_the_next_token_object(server):
 
 
 def slots_read(t: float, n_decoded: int, task: int = 7, processing: bool = True) -> SlotsRead:
-    return SlotsRead((SlotReading(0, 4096, 1024 + n_decoded, processing),), {},
-                     (SlotProgress(0, task, n_decoded, processing),), t)
+    return SlotsRead(
+        (SlotReading(0, 4096, 1024 + n_decoded, processing),), {}, (SlotProgress(0, task, n_decoded, processing),), t
+    )
 
 
 def test_live_decode_rate_counts_only_decoding_time():
@@ -388,7 +440,11 @@ def test_ollama_ps_reports_the_part_in_system_ram(server):
     (m,) = r.models
     assert r.status == "ok" and r.source == "ollama"
     assert (m.name, m.size_bytes, m.size_vram_bytes, m.context_length) == (
-        "qwen2.5:14b", 11957419008, 8405385216, 32768)
+        "qwen2.5:14b",
+        11957419008,
+        8405385216,
+        32768,
+    )
     assert m.size_vram_bytes < m.size_bytes
 
 
@@ -403,10 +459,13 @@ def test_ollama_with_no_model_loaded(server):
     assert r.status == "ok" and r.models == () and "no model loaded" in r.message
 
 
-@pytest.mark.parametrize("route, status", [
-    (Route.file("not_llama.html"), "not-llama"),
-    (Route.file("ollama_error.json", 500), "error"),
-])
+@pytest.mark.parametrize(
+    "route, status",
+    [
+        (Route.file("not_llama.html"), "not-llama"),
+        (Route.file("ollama_error.json", 500), "error"),
+    ],
+)
 def test_ollama_failures(server, route, status):
     r = read_ollama(server(ollama, route).url, 2)
     assert r.status == status and r.message

@@ -44,8 +44,9 @@ def _ps(name: str) -> Route:
 
 
 def _llama_error(message: str, status: int = 500) -> Route:
-    return Route(status, json.dumps({"error": {"code": status, "message": message, "type": "x"}}).encode(),
-                 "application/json")
+    return Route(
+        status, json.dumps({"error": {"code": status, "message": message, "type": "x"}}).encode(), "application/json"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +96,12 @@ def test_a_plain_text_reply_and_a_bad_slots_body_are_inert(server):
 
 def test_attach_once_prints_hostile_replies_as_inert_json(server):
     ours = server(ollama, _ps(EVIL))
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "attach", "--ollama", ours.url, "--once"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", "attach", "--ollama", ours.url, "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and not runnable(proc.stdout.replace("\n", ""))
     assert inert(EVIL) in json.dumps(json.loads(proc.stdout)["ollama"], ensure_ascii=False)

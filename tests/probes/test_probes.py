@@ -1,6 +1,6 @@
 """Probes: psutil for real, amdgpu sysfs through real files, NVML and Windows counters through thin fakes.
 
-NVML cannot run here (no NVIDIA driver), so ``tests/fakes/nvml.py`` replays its documented return
+NVML cannot run here (no NVIDIA driver), so ``tests/support/fakes/nvml.py`` replays its documented return
 shapes and error codes through the real ``pynvml`` exception classes and constants; the probe's own
 logic (remembering NotSupported, v2→v1 and v3→v2 fallbacks, GPU lost, KB/s → B/s) runs unchanged.
 """
@@ -26,19 +26,28 @@ from cliff_tui.probes.amd import AmdSysfsProbe, find_amd_cards
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.sampler import CPU_ONLY_TIERS, Sampler, SamplerThread, SamplesInLoop
 from cliff_tui.probes.shared_vram import (
-    ADAPTER_DEDICATED, ADAPTER_SHARED, APPLE_REASON, NVIDIA_LINUX_REASON, PROCESS_SHARED, AmdGtt,
-    Unavailable, WindowsCounters, choose_backends, fill_shared, per_adapter, per_process,
+    ADAPTER_DEDICATED,
+    ADAPTER_SHARED,
+    APPLE_REASON,
+    NVIDIA_LINUX_REASON,
+    PROCESS_SHARED,
+    AmdGtt,
+    Unavailable,
+    WindowsCounters,
+    choose_backends,
+    fill_shared,
+    per_adapter,
+    per_process,
 )
 from cliff_tui.probes.system import ProcessProbe, read_memory
 from cliff_tui.report import sample_record
 
 try:
-    from fakes.nvml import GiB, MiB, FakeGpu, FakeNvml, FakeProcess
+    from fakes.nvml import FakeGpu, FakeNvml, FakeProcess, GiB, MiB
 except ImportError:  # tests/ became a package
-    from tests.fakes.nvml import GiB, MiB, FakeGpu, FakeNvml, FakeProcess
+    from tests.fakes.nvml import FakeGpu, FakeNvml, FakeProcess, GiB, MiB
 
-from conftest import CHILD_BYTES  # the `child` fixture holds this much
-
+from paths import CHILD_BYTES  # the `child` fixture holds this much
 
 # --- helpers ----------------------------------------------------------------------------------
 
@@ -78,8 +87,6 @@ def only(probe: NvidiaProbe) -> GpuReading:
     return gpus[0]
 
 
-
-
 # --- psutil (real) ----------------------------------------------------------------------------
 
 
@@ -108,8 +115,10 @@ def test_without_meminfo_both_come_from_psutil(tmp_path: Path, monkeypatch):
     assert ram.total_bytes == psutil.virtual_memory().total
 
 
-FAKE_MEMINFO = ("MemTotal:       24684000 kB\nMemFree:        20000000 kB\nMemAvailable:   {available} kB\n"
-                "SwapCached:            0 kB\nSwapTotal:       2097148 kB\nSwapFree:         1048572 kB\n")
+FAKE_MEMINFO = (
+    "MemTotal:       24684000 kB\nMemFree:        20000000 kB\nMemAvailable:   {available} kB\n"
+    "SwapCached:            0 kB\nSwapTotal:       2097148 kB\nSwapFree:         1048572 kB\n"
+)
 
 
 def test_ram_and_swap_from_one_meminfo(tmp_path: Path, monkeypatch):
@@ -117,8 +126,7 @@ def test_ram_and_swap_from_one_meminfo(tmp_path: Path, monkeypatch):
     meminfo.write_text(FAKE_MEMINFO.format(available=22684000))
     monkeypatch.setattr(system, "_MEMINFO", str(meminfo))
     ram, swap = read_memory()
-    assert ram == RamReading(used_bytes=2000000 * 1024, total_bytes=24684000 * 1024,
-                             available_bytes=22684000 * 1024)
+    assert ram == RamReading(used_bytes=2000000 * 1024, total_bytes=24684000 * 1024, available_bytes=22684000 * 1024)
     assert swap == SwapReading(used_bytes=1048576 * 1024, total_bytes=2097148 * 1024)
 
 
@@ -195,9 +203,17 @@ def test_a_process_that_exits_after_the_probe_was_made_gives_a_reason():
 
 
 def test_every_field_of_a_healthy_gpu():
-    gpu = FakeGpu(name=b"NVIDIA GeForce RTX 4070", total=12 * GiB, used=3 * GiB, reserved=300 * MiB,
-                  util_gpu=87, temperature_c=64, pcie_rx_kb_s=1200, pcie_tx_kb_s=300,
-                  processes=[FakeProcess(4242, 2 * GiB), FakeProcess(4343, None)])
+    gpu = FakeGpu(
+        name=b"NVIDIA GeForce RTX 4070",
+        total=12 * GiB,
+        used=3 * GiB,
+        reserved=300 * MiB,
+        util_gpu=87,
+        temperature_c=64,
+        pcie_rx_kb_s=1200,
+        pcie_tx_kb_s=300,
+        processes=[FakeProcess(4242, 2 * GiB), FakeProcess(4343, None)],
+    )
     probe, fake = probe_for(gpu)
     r = only(probe)
     assert r.index == 0 and r.vendor == "nvidia"
@@ -232,13 +248,16 @@ def test_nothing_is_called_before_the_first_read():
     assert fake.calls["nvmlInit"] == 1
 
 
-@pytest.mark.parametrize("symbol, fields", [
-    ("nvmlDeviceGetPcieThroughput", ("pcie_rx_bytes_s", "pcie_tx_bytes_s")),
-    ("nvmlDeviceGetTemperature", ("temperature_c",)),
-    ("nvmlDeviceGetUtilizationRates", ("util_pct",)),
-    ("nvmlDeviceGetCurrentClocksEventReasons", ("throttle_reasons",)),
-    ("nvmlDeviceGetComputeRunningProcesses_v3", ("processes",)),
-])
+@pytest.mark.parametrize(
+    "symbol, fields",
+    [
+        ("nvmlDeviceGetPcieThroughput", ("pcie_rx_bytes_s", "pcie_tx_bytes_s")),
+        ("nvmlDeviceGetTemperature", ("temperature_c",)),
+        ("nvmlDeviceGetUtilizationRates", ("util_pct",)),
+        ("nvmlDeviceGetCurrentClocksEventReasons", ("throttle_reasons",)),
+        ("nvmlDeviceGetComputeRunningProcesses_v3", ("processes",)),
+    ],
+)
 def test_not_supported_is_na_with_a_reason_and_not_asked_again(symbol, fields):
     probe, fake = probe_for(FakeGpu(errors={symbol: pynvml.NVML_ERROR_NOT_SUPPORTED}))
     first = only(probe)
@@ -272,8 +291,10 @@ def test_other_nvml_errors_are_reported_and_retried():
 
 
 def test_memory_v2_missing_in_the_driver_falls_back_to_v1():
-    probe, fake = probe_for(FakeGpu(total=8 * GiB, used=2 * GiB, reserved=256 * MiB),
-                            errors={"nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND})
+    probe, fake = probe_for(
+        FakeGpu(total=8 * GiB, used=2 * GiB, reserved=256 * MiB),
+        errors={"nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND},
+    )
     for _ in range(3):
         r = only(probe)
         assert r.vram_reserved_bytes is None
@@ -295,8 +316,9 @@ def test_a_binding_without_nvmlMemory_v2_uses_v1_without_trying_v2():
 
 def test_memory_not_readable_at_all_is_na_for_used_and_total():
     not_supported = pynvml.NVML_ERROR_NOT_SUPPORTED
-    probe, fake = probe_for(FakeGpu(errors={"nvmlDeviceGetMemoryInfo_v2": not_supported,
-                                            "nvmlDeviceGetMemoryInfo": not_supported}))
+    probe, fake = probe_for(
+        FakeGpu(errors={"nvmlDeviceGetMemoryInfo_v2": not_supported, "nvmlDeviceGetMemoryInfo": not_supported})
+    )
     r = only(probe)
     assert (r.vram_used_bytes, r.vram_total_bytes, r.vram_reserved_bytes) == (None, None, None)
     assert r.reasons["vram_used_bytes"] == r.reasons["vram_total_bytes"] == "not supported by this GPU"
@@ -305,8 +327,10 @@ def test_memory_not_readable_at_all_is_na_for_used_and_total():
 
 
 def test_processes_v3_missing_uses_v2_and_remembers_it():
-    gpu = FakeGpu(processes=[FakeProcess(77, 512 * MiB)],
-                  errors={"nvmlDeviceGetComputeRunningProcesses_v3": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND})
+    gpu = FakeGpu(
+        processes=[FakeProcess(77, 512 * MiB)],
+        errors={"nvmlDeviceGetComputeRunningProcesses_v3": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND},
+    )
     probe, fake = probe_for(gpu)
     for _ in range(3):
         assert only(probe).processes == (GpuProcess(77, 512 * MiB),)
@@ -316,17 +340,26 @@ def test_processes_v3_missing_uses_v2_and_remembers_it():
 
 def test_no_process_function_in_the_driver_is_na_once():
     fnf = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
-    probe, fake = probe_for(FakeGpu(processes=[FakeProcess(77, MiB)],
-                                    errors={"nvmlDeviceGetComputeRunningProcesses_v3": fnf,
-                                            "nvmlDeviceGetComputeRunningProcesses_v2": fnf}))
+    probe, fake = probe_for(
+        FakeGpu(
+            processes=[FakeProcess(77, MiB)],
+            errors={"nvmlDeviceGetComputeRunningProcesses_v3": fnf, "nvmlDeviceGetComputeRunningProcesses_v2": fnf},
+        )
+    )
     r = only(probe)
     assert r.processes is None and r.reasons["processes"] == "not in this NVIDIA driver"
-    asked = sum(fake.calls[s] for s in ("nvmlDeviceGetComputeRunningProcesses_v3",
-                                        "nvmlDeviceGetComputeRunningProcesses_v2"))
+    asked = sum(
+        fake.calls[s] for s in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2")
+    )
     only(probe)
     only(probe)
-    assert sum(fake.calls[s] for s in ("nvmlDeviceGetComputeRunningProcesses_v3",
-                                       "nvmlDeviceGetComputeRunningProcesses_v2")) == asked
+    assert (
+        sum(
+            fake.calls[s]
+            for s in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2")
+        )
+        == asked
+    )
 
 
 def test_an_empty_process_list_is_empty_not_na():
@@ -334,11 +367,14 @@ def test_an_empty_process_list_is_empty_not_na():
     assert r.processes == () and "processes" not in r.reasons
 
 
-@pytest.mark.parametrize("code, words", [
-    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "the NVIDIA driver is not loaded"),
-    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "no NVIDIA driver (libnvidia-ml not found)"),
-    (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
-])
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "the NVIDIA driver is not loaded"),
+        (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "no NVIDIA driver (libnvidia-ml not found)"),
+        (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
+    ],
+)
 def test_no_driver_is_one_reason_and_init_is_tried_once(code, words):
     probe, fake = probe_for(FakeGpu(), init_error=code)
     for _ in range(3):
@@ -353,15 +389,22 @@ def test_no_driver_is_one_reason_and_init_is_tried_once(code, words):
 
 @pytest.mark.skipif(nvidia_driver_present(), reason="this machine has the NVIDIA driver")
 def test_without_the_driver_the_real_probe_says_so_and_never_loads_the_binding():
-    code = ("import sys; from cliff_tui.probes.nvidia import NvidiaProbe; p = NvidiaProbe(); "
-            "print(p.read()[1]); print('pynvml' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "tui")}).stdout
+    code = (
+        "import sys; from cliff_tui.probes.nvidia import NvidiaProbe; p = NvidiaProbe(); "
+        "print(p.read()[1]); print('pynvml' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "tui")},
+    ).stdout
     assert out.splitlines() == ["no NVIDIA driver (libnvidia-ml not found)", "False"]
 
 
 def test_a_driver_with_no_gpu_says_so():
-    probe, fake = probe_for()
+    probe, _fake = probe_for()
     gpus, reason = probe.read()
     assert gpus == [] and reason == "the NVIDIA driver is loaded but reports no GPU"
 
@@ -389,8 +432,17 @@ def test_a_gpu_lost_between_reads():
     healthy, lost = gpus
     assert healthy.vram_used_bytes == 1 * GiB and healthy.reasons == {}
     assert (lost.index, lost.name, lost.vendor) == (1, "GPU B", "nvidia")
-    for name in ("vram_used_bytes", "vram_total_bytes", "vram_reserved_bytes", "util_pct", "temperature_c",
-                 "sm_clock_mhz", "pcie_rx_bytes_s", "processes", "throttle_reasons"):
+    for name in (
+        "vram_used_bytes",
+        "vram_total_bytes",
+        "vram_reserved_bytes",
+        "util_pct",
+        "temperature_c",
+        "sm_clock_mhz",
+        "pcie_rx_bytes_s",
+        "processes",
+        "throttle_reasons",
+    ):
         assert getattr(lost, name) is None, name
     assert "lost" in lost.reasons["vram_used_bytes"]
     assert "lost" in lost.reasons["vram_total_bytes"]
@@ -412,14 +464,24 @@ def test_a_gpu_lost_in_the_middle_of_a_read_is_never_half_a_reading():
         probe.read()
         fake.lose(0, after=after)
         r = only(probe)
-        values = (r.vram_used_bytes, r.vram_total_bytes, r.util_pct, r.temperature_c, r.sm_clock_mhz,
-                  r.mem_clock_mhz, r.throttle_reasons, r.pcie_rx_bytes_s, r.pcie_tx_bytes_s, r.processes)
+        values = (
+            r.vram_used_bytes,
+            r.vram_total_bytes,
+            r.util_pct,
+            r.temperature_c,
+            r.sm_clock_mhz,
+            r.mem_clock_mhz,
+            r.throttle_reasons,
+            r.pcie_rx_bytes_s,
+            r.pcie_tx_bytes_s,
+            r.processes,
+        )
         assert values == (None,) * len(values), f"lost after {after} calls: {r}"
         assert "lost" in r.reasons["vram_used_bytes"]
 
 
 def test_a_gpu_lost_before_the_first_read():
-    probe, fake = probe_for(FakeGpu(lost_after=1))  # nvmlDeviceGetName at start works, then lost (UUID too)
+    probe, _fake = probe_for(FakeGpu(lost_after=1))  # nvmlDeviceGetName at start works, then lost (UUID too)
     r = only(probe)
     assert r.vram_used_bytes is None and "lost" in r.reasons["vram_used_bytes"]
 
@@ -432,8 +494,9 @@ def test_the_uuid_is_read_once_and_carried_by_every_reading():
     assert fake.calls["nvmlDeviceGetUUID"] == 2
 
 
-@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-                                  pynvml.NVML_ERROR_UNKNOWN])
+@pytest.mark.parametrize(
+    "code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_UNKNOWN]
+)
 def test_a_gpu_without_a_uuid_still_reads(code):
     r = only(probe_for(FakeGpu(used=2 * GiB, errors={"nvmlDeviceGetUUID": code}))[0])
     assert r.uuid is None and r.vram_used_bytes == 2 * GiB
@@ -447,21 +510,27 @@ def test_a_lost_gpu_keeps_its_uuid():
 
 
 def test_clock_event_bits_become_words():
-    mask = (pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonSwPowerCap
-            | pynvml.nvmlClocksEventReasonSwThermalSlowdown)
+    mask = (
+        pynvml.nvmlClocksEventReasonHwThermalSlowdown
+        | pynvml.nvmlClocksEventReasonSwPowerCap
+        | pynvml.nvmlClocksEventReasonSwThermalSlowdown
+    )
     r = only(probe_for(FakeGpu(clock_events=mask))[0])
     assert r.throttle_reasons == ("power cap", "thermal (sw)", "thermal (hw)")
 
 
-@pytest.mark.parametrize("mask, words", [
-    (0, ()),
-    (pynvml.nvmlClocksEventReasonGpuIdle, ("idle",)),
-    (pynvml.nvmlClocksEventReasonHwSlowdown, ("hw slowdown",)),
-    (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, ("power brake",)),
-    (pynvml.nvmlClocksEventReasonSyncBoost, ("sync boost",)),
-    (pynvml.nvmlClocksEventReasonApplicationsClocksSetting, ("app clocks",)),
-    (pynvml.nvmlClocksEventReasonDisplayClockSetting, ("display clocks",)),
-])
+@pytest.mark.parametrize(
+    "mask, words",
+    [
+        (0, ()),
+        (pynvml.nvmlClocksEventReasonGpuIdle, ("idle",)),
+        (pynvml.nvmlClocksEventReasonHwSlowdown, ("hw slowdown",)),
+        (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, ("power brake",)),
+        (pynvml.nvmlClocksEventReasonSyncBoost, ("sync boost",)),
+        (pynvml.nvmlClocksEventReasonApplicationsClocksSetting, ("app clocks",)),
+        (pynvml.nvmlClocksEventReasonDisplayClockSetting, ("display clocks",)),
+    ],
+)
 def test_each_documented_clock_event_bit(mask, words):
     assert only(probe_for(FakeGpu(clock_events=mask))[0]).throttle_reasons == words
 
@@ -486,7 +555,7 @@ def test_a_missing_clock_event_function_is_not_asked_every_tick():
 
 
 def test_a_gpu_lost_at_start_does_not_hide_the_healthy_ones():
-    probe, fake = probe_for(FakeGpu(used=1 * GiB), FakeGpu(lost_after=0))
+    probe, _fake = probe_for(FakeGpu(used=1 * GiB), FakeGpu(lost_after=0))
     gpus, reason = probe.read()
     assert reason is None
     assert gpus[0].vram_used_bytes == 1 * GiB
@@ -502,7 +571,7 @@ def test_close_balances_a_successful_init_even_without_gpus():
 
 def test_a_transient_v2_memory_error_does_not_shift_used_by_reserved():
     gpu = FakeGpu(used=3 * GiB, reserved=300 * MiB)
-    probe, fake = probe_for(gpu)
+    probe, _fake = probe_for(gpu)
     assert only(probe).vram_used_bytes == 3 * GiB
     gpu.errors = {"nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_UNKNOWN}
     r = only(probe)
@@ -547,14 +616,31 @@ def test_the_fake_uses_the_real_binding_errors_and_shapes():
 # --- AMD sysfs through a real directory tree --------------------------------------------------
 
 
-def _amd_tree(root: Path, card: str = "card0", *, vendor: str = "0x1002", vram_used: int = 2 * GiB,
-              vram_total: int = 16 * GiB, gtt_used: int = 300 * MiB, gtt_total: int = 31 * GiB,
-              busy: int | None = 37, temp_milli: int | None = 45000, product: str | None = None) -> Path:
+def _amd_tree(
+    root: Path,
+    card: str = "card0",
+    *,
+    vendor: str = "0x1002",
+    vram_used: int = 2 * GiB,
+    vram_total: int = 16 * GiB,
+    gtt_used: int = 300 * MiB,
+    gtt_total: int = 31 * GiB,
+    busy: int | None = 37,
+    temp_milli: int | None = 45000,
+    product: str | None = None,
+) -> Path:
     device = root / card / "device"
     (device / "hwmon" / "hwmon0").mkdir(parents=True)
-    files = {"vendor": vendor, "mem_info_vram_used": vram_used, "mem_info_vram_total": vram_total,
-             "mem_info_gtt_used": gtt_used, "mem_info_gtt_total": gtt_total, "gpu_busy_percent": busy,
-             "hwmon/hwmon0/temp1_input": temp_milli, "product_name": product}
+    files = {
+        "vendor": vendor,
+        "mem_info_vram_used": vram_used,
+        "mem_info_vram_total": vram_total,
+        "mem_info_gtt_used": gtt_used,
+        "mem_info_gtt_total": gtt_total,
+        "gpu_busy_percent": busy,
+        "hwmon/hwmon0/temp1_input": temp_milli,
+        "product_name": product,
+    }
     for name, value in files.items():
         if value is not None:
             (device / name).write_text(f"{value}\n")
@@ -640,8 +726,11 @@ IGPU_LUID = "0x00000000_0x0000E2C7"
 
 def _wddm(shared: dict[str, float], dedicated: dict[str, float], process: dict[str, float] | None = None):
     """A ``read_counter`` that replays what PDH returns for the wildcard paths: (instance, value)."""
-    table = {ADAPTER_SHARED: list(shared.items()), ADAPTER_DEDICATED: list(dedicated.items()),
-             PROCESS_SHARED: list((process or {}).items())}
+    table = {
+        ADAPTER_SHARED: list(shared.items()),
+        ADAPTER_DEDICATED: list(dedicated.items()),
+        PROCESS_SHARED: list((process or {}).items()),
+    }
     asked: list[str] = []
 
     def read(path: str) -> list[tuple[str, float]]:
@@ -653,8 +742,7 @@ def _wddm(shared: dict[str, float], dedicated: dict[str, float], process: dict[s
 
 
 def _gpu(index: int, used: int | None, vendor: str = "nvidia") -> GpuReading:
-    return GpuReading(index=index, name=f"GPU {index}", vendor=vendor, vram_used_bytes=used,
-                      vram_total_bytes=12 * GiB)
+    return GpuReading(index=index, name=f"GPU {index}", vendor=vendor, vram_used_bytes=used, vram_total_bytes=12 * GiB)
 
 
 def test_windows_shared_usage_is_matched_to_the_gpu_by_dedicated_usage():
@@ -708,13 +796,24 @@ def test_windows_unreadable_counters_are_na_with_the_error():
 
 
 def test_windows_counter_instances_are_summed_per_adapter_and_per_process():
-    adapters = per_adapter([(f"luid_{NV_LUID}_phys_0", 100.0), (f"luid_{NV_LUID}_phys_1", 20.0),
-                            (f"luid_{IGPU_LUID}_phys_0", 7.0), ("_Total", 999.0)])
+    adapters = per_adapter(
+        [
+            (f"luid_{NV_LUID}_phys_0", 100.0),
+            (f"luid_{NV_LUID}_phys_1", 20.0),
+            (f"luid_{IGPU_LUID}_phys_0", 7.0),
+            ("_Total", 999.0),
+        ]
+    )
     assert adapters == {NV_LUID: 120.0, IGPU_LUID: 7.0}
-    processes = per_process([(f"pid_1234_luid_{NV_LUID}_phys_0", 300.0),
-                             (f"pid_1234_luid_{NV_LUID}_phys_1", 12.0),
-                             (f"pid_1234_luid_{IGPU_LUID}_phys_0", 7.0),
-                             (f"pid_88_luid_{NV_LUID}_phys_0", 5.0), ("_Total", 999.0)])
+    processes = per_process(
+        [
+            (f"pid_1234_luid_{NV_LUID}_phys_0", 300.0),
+            (f"pid_1234_luid_{NV_LUID}_phys_1", 12.0),
+            (f"pid_1234_luid_{IGPU_LUID}_phys_0", 7.0),
+            (f"pid_88_luid_{NV_LUID}_phys_0", 5.0),
+            ("_Total", 999.0),
+        ]
+    )
     assert processes == {NV_LUID: {1234: 312.0, 88: 5.0}, IGPU_LUID: {1234: 7.0}}
 
 
@@ -757,8 +856,10 @@ def test_sampler_without_any_gpu_says_why_and_keeps_ram_and_swap(tmp_path: Path)
     assert "process" not in record
 
 
-@pytest.mark.skipif(nvidia_driver_present() or bool(find_amd_cards()),
-                    reason="this machine has a GPU; the CPU-only case is covered with the fake above")
+@pytest.mark.skipif(
+    nvidia_driver_present() or bool(find_amd_cards()),
+    reason="this machine has a GPU; the CPU-only case is covered with the fake above",
+)
 def test_sampler_on_this_cpu_only_machine():
     sampler = Sampler()  # the real pynvml, the real /sys/class/drm
     s = sampler.sample()
@@ -771,8 +872,9 @@ def test_sampler_on_this_cpu_only_machine():
 
 def test_sampler_with_nvidia_on_linux(tmp_path: Path, child):
     me = os.getpid()
-    gpu = FakeGpu(used=4 * GiB, processes=[FakeProcess(me, 300 * MiB), FakeProcess(child.pid, 200 * MiB),
-                                           FakeProcess(1, 3 * GiB)])
+    gpu = FakeGpu(
+        used=4 * GiB, processes=[FakeProcess(me, 300 * MiB), FakeProcess(child.pid, 200 * MiB), FakeProcess(1, 3 * GiB)]
+    )
     probe, fake = probe_for(gpu)
     sampler = Sampler(me, nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux")
     s = sampler.sample()
@@ -842,8 +944,7 @@ def test_a_session_samples_in_its_loop_only_where_no_gpu_is_read(tmp_path: Path)
     without, _ = probe_for(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     with_one, _ = probe_for(FakeGpu())
     for probe, kind in ((without, SamplesInLoop), (with_one, SamplerThread)):
-        session = Session(sampler=Sampler(nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux"),
-                          interval=0.25)
+        session = Session(sampler=Sampler(nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux"), interval=0.25)
         session.start_sampling(in_loop=True)
         try:
             assert type(session._sampling) is kind

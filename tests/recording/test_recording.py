@@ -19,35 +19,102 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cliff_tui.recording import demo
 from cliff_tui.codec import DecodeError, event_from_plain, event_to_plain, from_plain
 from cliff_tui.errors import BadInput
 from cliff_tui.events import (
-    Alert, BufferSize, BuffersReported, DecodePoint, DecodeWindow, GeneratedText, GpuDelta, GpuProcess, GpuReading,
-    LogLine, MeasuredCapacity, ModelInfo, Notice, ProcessReading, RamReading, RunFailed, RunFinished, RunProgress, RunResult,
-    RunSettings, RunStarted, Sample, ServedModel, SessionReading, SlotReading, SpeedVerdict, SwapReading,
-    TriangulationPlanned, EVENT_TYPES,
+    EVENT_TYPES,
+    Alert,
+    BufferSize,
+    BuffersReported,
+    DecodePoint,
+    DecodeWindow,
+    GeneratedText,
+    GpuDelta,
+    GpuProcess,
+    GpuReading,
+    LogLine,
+    MeasuredCapacity,
+    ModelInfo,
+    Notice,
+    ProcessReading,
+    RamReading,
+    RunFailed,
+    RunFinished,
+    RunProgress,
+    RunResult,
+    RunSettings,
+    RunStarted,
+    Sample,
+    ServedModel,
+    SessionReading,
+    SlotReading,
+    SpeedVerdict,
+    SwapReading,
+    TriangulationPlanned,
 )
-from cliff_tui.session import Session
+from cliff_tui.recording import demo
 from cliff_tui.recording.player import Player
 from cliff_tui.recording.reader import open_recording, parse_recording
 from cliff_tui.recording.writer import Recorder
+from cliff_tui.session import Session
 from cliff_tui.text import LINE_LIMIT, is_inert
-from conftest import DATA
 from hostile import HOSTILE, hostile_text
+from paths import DATA
 
 SETTINGS = RunSettings("/m.gguf", 1024, 32, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on", threads=2)
 MODEL = ModelInfo("/m.gguf", "m", 1000, "llama", 30, 9, 3, 64, 64, 8192)
-GPU = GpuReading(0, "NVIDIA H200", "nvidia", 10, 100, 1, None, None, 50.0, 60.0, 1980, 2619, ("power cap",),
-                 1024.0, 2048.0, (GpuProcess(42, 10), GpuProcess(43, None)),
-                 {"shared_used_bytes": "not available: NVIDIA on Linux"})
-SAMPLE = Sample(1.0, RamReading(1, 2, 1), SwapReading(0, 4), (GPU,), None,
-                ProcessReading(42, "python", 5, 1, 1, 10, {}))
+GPU = GpuReading(
+    0,
+    "NVIDIA H200",
+    "nvidia",
+    10,
+    100,
+    1,
+    None,
+    None,
+    50.0,
+    60.0,
+    1980,
+    2619,
+    ("power cap",),
+    1024.0,
+    2048.0,
+    (GpuProcess(42, 10), GpuProcess(43, None)),
+    {"shared_used_bytes": "not available: NVIDIA on Linux"},
+)
+SAMPLE = Sample(
+    1.0, RamReading(1, 2, 1), SwapReading(0, 4), (GPU,), None, ProcessReading(42, "python", 5, 1, 1, 10, {})
+)
 RESULT = RunResult(
-    "r1", SETTINGS, "m", 1280, 1024, 32, "CUDA0", {"CUDA0": 5}, {"CUDA0": 7}, {"CUDA0": 3, "CUDA_Host": 1}, 80.0,
-    30.0, 150.0, 1024, (DecodePoint(16, 12.5, 32, "baseline"), DecodePoint(512, 20.0, 8)),
-    SpeedVerdict("ok", "fine", 62.5, 31.0, 3.2), 1, 2, 0, 0, 10, 11, 12, 0.5,
-    (GpuDelta(0, "NVIDIA H200", 10, 20, 0, 0, 15, {}),), None, 3.5, 0)
+    "r1",
+    SETTINGS,
+    "m",
+    1280,
+    1024,
+    32,
+    "CUDA0",
+    {"CUDA0": 5},
+    {"CUDA0": 7},
+    {"CUDA0": 3, "CUDA_Host": 1},
+    80.0,
+    30.0,
+    150.0,
+    1024,
+    (DecodePoint(16, 12.5, 32, "baseline"), DecodePoint(512, 20.0, 8)),
+    SpeedVerdict("ok", "fine", 62.5, 31.0, 3.2),
+    1,
+    2,
+    0,
+    0,
+    10,
+    11,
+    12,
+    0.5,
+    (GpuDelta(0, "NVIDIA H200", 10, 20, 0, 0, 15, {}),),
+    None,
+    3.5,
+    0,
+)
 ALL_EVENTS = [
     SAMPLE,
     Sample(2.0, RamReading(1, 2, 1), SwapReading(0, 0), (), "no GPU found"),
@@ -62,8 +129,21 @@ ALL_EVENTS = [
     Alert(3.7, 1, "red", "spill"),
     LogLine(3.8, 2, "llama_kv_cache: CPU KV buffer size = 45.00 MiB"),
     Notice(3.9, "flash attention turned on", "info"),
-    SessionReading(4.0, "llama-server", "http://127.0.0.1:8080", "ok", "", 10.0, 1.0, 100.0, 0.5, 1,
-                   (SlotReading(0, 4096, 100, True),), (ServedModel("m", 10, 5, 4096),), {"x": "y"}),
+    SessionReading(
+        4.0,
+        "llama-server",
+        "http://127.0.0.1:8080",
+        "ok",
+        "",
+        10.0,
+        1.0,
+        100.0,
+        0.5,
+        1,
+        (SlotReading(0, 4096, 100, True),),
+        (ServedModel("m", 10, 5, 4096),),
+        {"x": "y"},
+    ),
     MeasuredCapacity(4.1, "model.gguf", "f16", "RAM", 852_992),
 ]
 
@@ -113,8 +193,11 @@ def wait_for_samples(path, n: int, limit: float = 60) -> None:
 
 def test_killed_recorder_loses_at_most_the_last_second(tmp_path):
     path = tmp_path / "s.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.2",
-                             "--record", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.2", "--record", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     wait_for_samples(path, 8)
     killed_at = time.time()
     os.kill(proc.pid, signal.SIGKILL)
@@ -123,8 +206,12 @@ def test_killed_recorder_loses_at_most_the_last_second(tmp_path):
     samples = [e for e in recording.events if isinstance(e, Sample)]
     assert len(samples) >= 5
     assert killed_at - samples[-1].t <= 1.0
-    export = subprocess.run([sys.executable, "-m", "cliff_tui", "export", str(path), "-o", "csv"],
-                            capture_output=True, text=True, timeout=60)
+    export = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", "export", str(path), "-o", "csv"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert export.returncode == 0, export.stderr
     rows = export.stdout.strip().splitlines()
     assert len(rows) == len(samples) + 1
@@ -132,8 +219,11 @@ def test_killed_recorder_loses_at_most_the_last_second(tmp_path):
 
 def test_sigterm_closes_the_headless_recording_cleanly(tmp_path):
     path = tmp_path / "t.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.2",
-                             "--record", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.2", "--record", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     wait_for_samples(path, 3)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 0
@@ -152,23 +242,31 @@ def test_truncated_last_line_is_tolerated_and_reported(tmp_path):
 
 
 def test_corrupt_lines_in_the_middle_are_skipped_and_counted():
-    lines = [json.dumps(_header()), json.dumps(event_to_plain(SAMPLE)), "{not json", '{"type": "sample", "t": "x"}',
-             json.dumps(event_to_plain(ALL_EVENTS[1]))]
+    lines = [
+        json.dumps(_header()),
+        json.dumps(event_to_plain(SAMPLE)),
+        "{not json",
+        '{"type": "sample", "t": "x"}',
+        json.dumps(event_to_plain(ALL_EVENTS[1])),
+    ]
     recording = parse_recording(("\n".join(lines) + "\n").encode())
     assert recording.events == [SAMPLE, ALL_EVENTS[1]]
     assert len(recording.skipped) == 2
     assert "line 3" in recording.skipped[0]
 
 
-@pytest.mark.parametrize("field, number, why", [
-    ("t", "NaN", "t must be a finite number below 2^63, not nan"),
-    ("t", "Infinity", "t must be a finite number below 2^63, not inf"),
-    ("t", "-Infinity", "t must be a finite number below 2^63, not -inf"),
-    ("t", "1e400", "t must be a finite number below 2^63, not inf"),
-    ("t", "1e15", "t must be seconds since 1970, not 1000000000000000.0"),
-    ("t", "-1", "t must be seconds since 1970, not -1.0"),
-    ("used_bytes", "9" * 30, "ram.used_bytes must be an integer below 2^63, not 999999999999999999999999999999"),
-])
+@pytest.mark.parametrize(
+    "field, number, why",
+    [
+        ("t", "NaN", "t must be a finite number below 2^63, not nan"),
+        ("t", "Infinity", "t must be a finite number below 2^63, not inf"),
+        ("t", "-Infinity", "t must be a finite number below 2^63, not -inf"),
+        ("t", "1e400", "t must be a finite number below 2^63, not inf"),
+        ("t", "1e15", "t must be seconds since 1970, not 1000000000000000.0"),
+        ("t", "-1", "t must be seconds since 1970, not -1.0"),
+        ("used_bytes", "9" * 30, "ram.used_bytes must be an integer below 2^63, not 999999999999999999999999999999"),
+    ],
+)
 @pytest.mark.parametrize("lazy", [False, True])
 def test_a_number_out_of_range_skips_its_line(field, number, why, lazy):
     good = json.dumps(event_to_plain(SAMPLE))
@@ -191,8 +289,12 @@ def test_a_number_just_below_2_63_is_refused_as_it_would_not_come_back(tp):
 def test_a_line_whose_prefix_and_body_disagree_on_t_keeps_the_replay_inside_the_recording():
     later = dataclasses.replace(SAMPLE, t=2.0)
     second_t = json.dumps(event_to_plain(later))[:-1] + ', "t": 1000000000.0}'  # JSON keeps the last of two keys
-    lines = [json.dumps(_header()), json.dumps(event_to_plain(SAMPLE)), second_t,
-             json.dumps(event_to_plain(dataclasses.replace(SAMPLE, t=3.0)))]
+    lines = [
+        json.dumps(_header()),
+        json.dumps(event_to_plain(SAMPLE)),
+        second_t,
+        json.dumps(event_to_plain(dataclasses.replace(SAMPLE, t=3.0))),
+    ]
     player = Player(parse_recording(("\n".join(lines) + "\n").encode(), lazy=True))
     assert (player.t_start, player.t_end) == (1.0, 3.0)
     for _ in range(3):
@@ -200,21 +302,23 @@ def test_a_line_whose_prefix_and_body_disagree_on_t_keeps_the_replay_inside_the_
         assert player.position <= player.t_end and len(player.cursor_line(40)) < 100
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "is empty"),
-    (b"\x00\xff\xfe garbage \x89PNG", "not a cliff-tui recording"),
-    (b"hello world\n", "not a cliff-tui recording"),
-    (b'{"type": "header", "format": "other"}\n', "not a cliff-tui recording"),
-    (json.dumps({"type": "header", "format": "cliff-tui-recording", "schema": 99}).encode() + b"\n", "newer"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "is empty"),
+        (b"\x00\xff\xfe garbage \x89PNG", "not a cliff-tui recording"),
+        (b"hello world\n", "not a cliff-tui recording"),
+        (b'{"type": "header", "format": "other"}\n', "not a cliff-tui recording"),
+        (json.dumps({"type": "header", "format": "cliff-tui-recording", "schema": 99}).encode() + b"\n", "newer"),
+    ],
+)
 def test_bad_files_fail_with_one_line(tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(content)
     with pytest.raises(BadInput, match=message):
         open_recording(path)
     for command in (["replay", str(path)], ["export", str(path), "-o", "csv"]):
-        proc = subprocess.run([sys.executable, "-m", "cliff_tui", *command], capture_output=True, text=True,
-                              timeout=60)
+        proc = subprocess.run([sys.executable, "-m", "cliff_tui", *command], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2
         assert "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
@@ -278,7 +382,9 @@ def _recording_bytes(draw) -> bytes:
                     _set(plain, where, draw(_hostile))
             lines.append(json.dumps(plain).encode())
         else:
-            lines.append(json.dumps(event_to_plain(draw(st.sampled_from(ALL_EVENTS)))).encode()[: draw(st.integers(0, 60))])
+            lines.append(
+                json.dumps(event_to_plain(draw(st.sampled_from(ALL_EVENTS)))).encode()[: draw(st.integers(0, 60))]
+            )
     return b"\n".join(lines)
 
 
@@ -329,17 +435,24 @@ def test_a_forward_seek_ends_where_a_seek_from_the_start_does(tmp_path):
     stepped.seek_by(-30, now=0)  # backward: rebuilt
     assert stepped.pipeline is not a and stepped.player.position == pytest.approx(middle - 20)
 
+
 def _file_size_limit(size: int):
     def limit() -> None:  # in the child: a write past ``size`` fails with EFBIG, as on a full disk
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
     return limit
 
 
 def test_a_recording_that_cannot_grow_stops_with_one_line_and_stays_readable(tmp_path):
     path = tmp_path / "r.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.05", "--record",
-                           str(path)], preexec_fn=_file_size_limit(8192), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.05", "--record", str(path)],
+        preexec_fn=_file_size_limit(8192),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert f"recording to {path} stopped: File too large; the " in proc.stderr and "kept and readable" in proc.stderr
@@ -349,14 +462,19 @@ def test_a_recording_that_cannot_grow_stops_with_one_line_and_stays_readable(tmp
 
 
 def test_a_recording_whose_first_line_cannot_be_written_is_refused_with_one_line():
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "watch", "--headless", "--record", "/dev/full",
-                           "--force"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", "watch", "--headless", "--record", "/dev/full", "--force"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "cannot write the recording /dev/full: No space left on device: record elsewhere" in proc.stderr
 
 
-@pytest.mark.parametrize("output, words", [("md", "holds every table"), ("json", "holds every table"),
-                                           ("jsonl", "is the recording itself")])
+@pytest.mark.parametrize(
+    "output, words", [("md", "holds every table"), ("json", "holds every table"), ("jsonl", "is the recording itself")]
+)
 def test_export_table_is_refused_where_the_output_is_not_one_table(output, words, capsys):
     from cliff_tui.cli import main
 
@@ -395,8 +513,12 @@ def test_an_empty_table_exports_its_header_or_says_there_is_nothing(tmp_path):
     recorder.close()
 
     def export(table: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cliff_tui", "export", str(path), "--table", table],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "cliff_tui", "export", str(path), "--table", table],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     alerts = export("alerts")
     assert (alerts.returncode, alerts.stdout, alerts.stderr) == (0, "t,sign,level,message\n", "")
@@ -408,8 +530,11 @@ def test_an_empty_table_exports_its_header_or_says_there_is_nothing(tmp_path):
 def test_a_recording_read_from_a_pipe_is_titled_by_its_path_not_its_descriptor_number():
     data = (DATA / "smollm2_triangulation.jsonl").read_bytes()
     read, write = os.pipe()
-    writer = subprocess.Popen([sys.executable, "-c", f"import os, sys; os.write({write}, sys.stdin.buffer.read())"],
-                              stdin=subprocess.PIPE, pass_fds=(write,))
+    writer = subprocess.Popen(
+        [sys.executable, "-c", f"import os, sys; os.write({write}, sys.stdin.buffer.read())"],
+        stdin=subprocess.PIPE,
+        pass_fds=(write,),
+    )
     os.close(write)
     writer.stdin.write(data)
     writer.stdin.close()

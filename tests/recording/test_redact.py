@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 from cliff_tui.codec import event_to_plain
-from cliff_tui.events import GpuProcess, LogLine, Notice, RunFailed, SessionReading
 from cliff_tui.errors import BadInput
+from cliff_tui.events import GpuProcess, LogLine, Notice, RunFailed, SessionReading
 from cliff_tui.recording.export import export
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.recording.redact import Redactor
@@ -36,18 +36,39 @@ def _private_events() -> list:
         LogLine(3.8, 2, f"llama_model_loader: loaded meta data from {MODEL_PATH}"),
         Notice(3.9, f"following PID {PIDS[1]} on secret-box", "info"),
         RunFailed(4.0, "r2", "error", "cannot read /srv/private/notes.txt (C:\\Users\\alice\\x)"),
-        SessionReading(4.1, "llama-server", "http://secret-box.example.org:8080", "unreachable",
-                       f"process {PIDS[0]} has exited; /Users/alice/logs"),
+        SessionReading(
+            4.1,
+            "llama-server",
+            "http://secret-box.example.org:8080",
+            "unreachable",
+            f"process {PIDS[0]} has exited; /Users/alice/logs",
+        ),
     ]
 
 
 @pytest.fixture
 def private_recording(tmp_path):
-    header = {"type": "header", "format": "cliff-tui-recording", "schema": 1, "tool_version": "0.1.0",
-              "created": 1.0, "record_text": False, "gpus": [], "driver": None,
-              "command": ["run", "-m", MODEL_PATH, "--pid", str(PIDS[0]), "--prompt-file=/srv/private/notes.txt",
-                          "--record", "/home/alice/rec.jsonl"],
-              "machine": {"hostname": HOST, "platform": "linux", "os": "Linux-6.1", "cpu_count": 8, "python": "3.12"}}
+    header = {
+        "type": "header",
+        "format": "cliff-tui-recording",
+        "schema": 1,
+        "tool_version": "0.1.0",
+        "created": 1.0,
+        "record_text": False,
+        "gpus": [],
+        "driver": None,
+        "command": [
+            "run",
+            "-m",
+            MODEL_PATH,
+            "--pid",
+            str(PIDS[0]),
+            "--prompt-file=/srv/private/notes.txt",
+            "--record",
+            "/home/alice/rec.jsonl",
+        ],
+        "machine": {"hostname": HOST, "platform": "linux", "os": "Linux-6.1", "cpu_count": 8, "python": "3.12"},
+    }
     path = tmp_path / "private.jsonl"
     lines = [json.dumps(header)] + [json.dumps(event_to_plain(e)) for e in _private_events()]
     path.write_text("\n".join(lines) + "\n")
@@ -76,8 +97,12 @@ def test_export_redact_leaves_no_hostname_user_path_or_pid(private_recording, fm
 
 
 def test_the_redacted_recording_replays_with_stable_placeholders(private_recording, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cliff_tui", "export", str(private_recording), "--redact", "-o",
-                           "jsonl"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", "export", str(private_recording), "--redact", "-o", "jsonl"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert not any(secret in proc.stdout for secret in SECRETS)
     shared = tmp_path / "shared.jsonl"
@@ -96,9 +121,24 @@ def test_the_redacted_recording_replays_with_stable_placeholders(private_recordi
 
 def test_record_redact_writes_a_shareable_file(tmp_path, child):
     path = tmp_path / "mine.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.2", "--pid",
-                             str(child.pid), "--record", str(path), "--redact"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cliff_tui",
+            "watch",
+            "--headless",
+            "-i",
+            "0.2",
+            "--pid",
+            str(child.pid),
+            "--record",
+            str(path),
+            "--redact",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for_samples(path, 3)
     finally:
@@ -112,12 +152,15 @@ def test_record_redact_writes_a_shareable_file(tmp_path, child):
     assert pids == {1}
 
 
-@pytest.mark.parametrize("fields", [
-    {"machine": "box", "gpus": ["H200"], "command": 5, "redacted": 5},
-    {"gpus": [{"name": 7}], "command": [1, None], "tool_version": ["x"]},
-    {"command": ["watch", "--pid", "²"]},
-    {"machine": {"hostname": 5}},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"machine": "box", "gpus": ["H200"], "command": 5, "redacted": 5},
+        {"gpus": [{"name": 7}], "command": [1, None], "tool_version": ["x"]},
+        {"command": ["watch", "--pid", "²"]},
+        {"machine": {"hostname": 5}},
+    ],
+)
 @pytest.mark.parametrize("fmt", ["md", "csv", "json", "jsonl"])
 @pytest.mark.parametrize("redact", [False, True])
 def test_a_header_with_fields_of_the_wrong_shape_still_exports(tmp_path, fields, fmt, redact):

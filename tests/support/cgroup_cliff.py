@@ -246,7 +246,7 @@ class Cgroup:
 
     def popen(self, argv: Sequence[str], **kwargs: object) -> subprocess.Popen:
         """Start ``argv`` inside the cgroup: a shell joins it, then execs the command."""
-        join = f"echo $$ > {shlex.quote(str(self.directory / 'cgroup.procs'))} && exec \"$@\""
+        join = f'echo $$ > {shlex.quote(str(self.directory / "cgroup.procs"))} && exec "$@"'
         proc = subprocess.Popen(["/bin/sh", "-c", join, "sh", *argv], **kwargs)  # type: ignore[call-overload]
         self.children.append(proc)
         self._wait_joined(proc)
@@ -304,8 +304,10 @@ def cgroup_version(controller: str = "memory") -> Literal[1, 2]:
             return 2
     if 1 in mounts:
         return 1
-    raise Unavailable(f"no {controller} cgroup controller: no v1 {controller} hierarchy, and cgroup v2's "
-                      f"cgroup.subtree_control does not enable {controller}")
+    raise Unavailable(
+        f"no {controller} cgroup controller: no v1 {controller} hierarchy, and cgroup v2's "
+        f"cgroup.subtree_control does not enable {controller}"
+    )
 
 
 @contextmanager
@@ -441,8 +443,9 @@ def require_root() -> None:
 
 
 @contextmanager
-def sandbox(limit_bytes: int, swap_bytes: int = 1024 * MiB, swap_kind: SwapKind = "file",
-            swappiness: int | None = None) -> Iterator[Sandbox]:
+def sandbox(
+    limit_bytes: int, swap_bytes: int = 1024 * MiB, swap_kind: SwapKind = "file", swappiness: int | None = None
+) -> Iterator[Sandbox]:
     """Swap of ``swap_bytes`` and a cgroup limited to ``limit_bytes`` of RAM, both undone after."""
     require_root()
     remove_stale_swaps()
@@ -523,9 +526,18 @@ class Monitor:
         if r.usage_bytes is None:
             return None
         vm_swap = sum(v for v in map(vm_swap_of, members) if v is not None)
-        return CgroupSample(time.time(), r.usage_bytes, r.swap_bytes, r.anon_bytes, r.file_bytes,
-                            self.cgroup.failcnt(), vm_swap, system_swap_used(), self.cgroup.major_faults(),
-                            vmstat("pswpin"))
+        return CgroupSample(
+            time.time(),
+            r.usage_bytes,
+            r.swap_bytes,
+            r.anon_bytes,
+            r.file_bytes,
+            self.cgroup.failcnt(),
+            vm_swap,
+            system_swap_used(),
+            self.cgroup.major_faults(),
+            vmstat("pswpin"),
+        )
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -544,8 +556,9 @@ class Monitor:
         return first_at_limit(self.samples, self.cgroup.limit_bytes, margin_bytes)
 
 
-def first_at_limit(samples: Sequence[CgroupSample], limit_bytes: int,
-                   margin_bytes: int = 2 * MiB) -> CgroupSample | None:
+def first_at_limit(
+    samples: Sequence[CgroupSample], limit_bytes: int, margin_bytes: int = 2 * MiB
+) -> CgroupSample | None:
     """The first sample where usage reached the limit (within ``margin_bytes``) or failcnt moved."""
     for s in samples:
         if s.usage_bytes >= limit_bytes - margin_bytes or (s.failcnt or 0) > 0:
@@ -553,8 +566,7 @@ def first_at_limit(samples: Sequence[CgroupSample], limit_bytes: int,
     return None
 
 
-def paging_onset(samples: Sequence[CgroupSample], windows: Sequence[Any],
-                 faults_per_token: float = 64.0) -> int | None:
+def paging_onset(samples: Sequence[CgroupSample], windows: Sequence[Any], faults_per_token: float = 64.0) -> int | None:
     """The first depth at which the cgroup's own fault counter shows decode reading pages back
     token after token: its major faults inside a decode window (``DecodeWindow``s of a
     recording), per token decoded. The prefill's writes into a cache paged out as it was created

@@ -1,4 +1,4 @@
-"""The ``memory_sandbox`` fixture: swap and a memory cgroup as root (tests/cgroup_cliff.py), skipped
+"""The ``memory_sandbox`` fixture: swap and a memory cgroup as root (tests/support/cgroup_cliff.py), skipped
 with the reason where the machine cannot host them, undone at teardown; ``child_in_cgroup``: a
 child process holding memory inside a cgroup of its own; ``limited_cgroup``, ``quota_cgroup``: an
 empty cgroup with a memory limit, or held to a CPU quota."""
@@ -21,8 +21,10 @@ MakeSandbox = Callable[..., Sandbox]
 def memory_sandbox() -> Iterator[MakeSandbox]:
     """``memory_sandbox(limit_bytes, swap_bytes=1 GiB, swap_kind="file", swappiness=None)`` → Sandbox."""
     with ExitStack() as stack:
-        def make(limit_bytes: int, swap_bytes: int = 1024 * MiB, swap_kind: SwapKind = "file",
-                 swappiness: int | None = None) -> Sandbox:
+
+        def make(
+            limit_bytes: int, swap_bytes: int = 1024 * MiB, swap_kind: SwapKind = "file", swappiness: int | None = None
+        ) -> Sandbox:
             try:
                 return stack.enter_context(sandbox(limit_bytes, swap_bytes, swap_kind, swappiness))
             except Unavailable as exc:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp as L
+
 from cliff_tui.analysis.theory import KvSettings
 from cliff_tui.engine.llama import FLASH_ATTN, GGML_TYPES
 from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line

@@ -75,10 +75,21 @@ def _per_layer(value: int | Sequence[int], n_layer: int) -> list[int]:
     return [value] * n_layer if isinstance(value, int) else list(value)
 
 
-def write_tiny_llama(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_head: int = 4,
-                     n_head_kv: int | Sequence[int] = 2, n_ff: int = 128, n_ctx_train: int = 4096, seed: int = 0,
-                     sliding_window: int | None = None, arch: str = "llama", f16: bool = False,
-                     name: str | None = None) -> Path:
+def write_tiny_llama(
+    path: Path,
+    *,
+    n_layer: int = 2,
+    n_embd: int = 128,
+    n_head: int = 4,
+    n_head_kv: int | Sequence[int] = 2,
+    n_ff: int = 128,
+    n_ctx_train: int = 4096,
+    seed: int = 0,
+    sliding_window: int | None = None,
+    arch: str = "llama",
+    f16: bool = False,
+    name: str | None = None,
+) -> Path:
     """``n_head_kv`` may be one count per layer with ``arch="deci"`` (Nemotron-NAS, the llama
     layout whose loader sizes each layer from its own count)."""
     m = _Model(path, arch, name or f"tiny-test-{arch}", seed, f16)
@@ -101,9 +112,20 @@ def write_tiny_llama(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_head:
     return m.finish()
 
 
-def write_tiny_gemma3(path: Path, *, n_layer: int = 8, n_embd: int = 128, n_head: int = 2, n_head_kv: int = 1,
-                      head_dim: int = 64, n_ff: int = 128, n_ctx_train: int = 8192, sliding_window: int = 128,
-                      swa_period: int | None = None, seed: int = 0) -> Path:
+def write_tiny_gemma3(
+    path: Path,
+    *,
+    n_layer: int = 8,
+    n_embd: int = 128,
+    n_head: int = 2,
+    n_head_kv: int = 1,
+    head_dim: int = 64,
+    n_ff: int = 128,
+    n_ctx_train: int = 8192,
+    sliding_window: int = 128,
+    swa_period: int | None = None,
+    seed: int = 0,
+) -> Path:
     """Gemma 3: five sliding-window layers then one global (llama.cpp's default period of 6)."""
     m = _Model(path, "gemma3", "tiny-test-gemma3", seed)
     m.w.add_block_count(n_layer)
@@ -129,9 +151,21 @@ def write_tiny_gemma3(path: Path, *, n_layer: int = 8, n_embd: int = 128, n_head
     return m.finish()
 
 
-def write_tiny_deepseek2(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_head: int = 4,
-                         kv_lora_rank: int = 64, n_rot: int = 32, head_dim_nope: int = 32, head_dim_v: int = 32,
-                         q_lora_rank: int = 64, n_ff: int = 128, n_ctx_train: int = 4096, seed: int = 0) -> Path:
+def write_tiny_deepseek2(
+    path: Path,
+    *,
+    n_layer: int = 2,
+    n_embd: int = 128,
+    n_head: int = 4,
+    kv_lora_rank: int = 64,
+    n_rot: int = 32,
+    head_dim_nope: int = 32,
+    head_dim_v: int = 32,
+    q_lora_rank: int = 64,
+    n_ff: int = 128,
+    n_ctx_train: int = 4096,
+    seed: int = 0,
+) -> Path:
     """DeepSeek-2 with MLA as current converters write it: one KV head whose K row is the
     compressed latent (kv_lora_rank + n_rot), the per-head sizes in the ``*_mla`` keys. Every
     layer is a leading dense block (no experts)."""
@@ -170,8 +204,17 @@ def write_tiny_deepseek2(path: Path, *, n_layer: int = 2, n_embd: int = 128, n_h
     return m.finish()
 
 
-def write_tiny_mamba(path: Path, *, n_layer: int = 2, n_embd: int = 64, d_state: int = 16, d_conv: int = 4,
-                     dt_rank: int = 8, n_ctx_train: int = 4096, seed: int = 0) -> Path:
+def write_tiny_mamba(
+    path: Path,
+    *,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    d_state: int = 16,
+    d_conv: int = 4,
+    dt_rank: int = 8,
+    n_ctx_train: int = 4096,
+    seed: int = 0,
+) -> Path:
     """Mamba (1): per layer a convolution state and an SSM state per sequence, no attention."""
     m = _Model(path, "mamba", "tiny-test-mamba", seed)
     d_inner = 2 * n_embd  # the only expansion factor llama.cpp supports
@@ -192,9 +235,21 @@ def write_tiny_mamba(path: Path, *, n_layer: int = 2, n_embd: int = 64, d_state:
     return m.finish()
 
 
-def write_tiny_jamba(path: Path, *, n_layer: int = 4, n_embd: int = 64, n_head: int = 2, n_head_kv: int = 1,
-                     attention_every: int = 2, n_ff: int = 128, d_state: int = 16, d_conv: int = 4,
-                     dt_rank: int = 8, n_ctx_train: int = 4096, seed: int = 0) -> Path:
+def write_tiny_jamba(
+    path: Path,
+    *,
+    n_layer: int = 4,
+    n_embd: int = 64,
+    n_head: int = 2,
+    n_head_kv: int = 1,
+    attention_every: int = 2,
+    n_ff: int = 128,
+    d_state: int = 16,
+    d_conv: int = 4,
+    dt_rank: int = 8,
+    n_ctx_train: int = 4096,
+    seed: int = 0,
+) -> Path:
     """Jamba, a hybrid: Mamba layers (no KV heads in the per-layer array) and, every
     ``attention_every``-th layer, an attention layer with a per-token cache."""
     m = _Model(path, "jamba", "tiny-test-jamba", seed)
@@ -223,8 +278,9 @@ def write_tiny_jamba(path: Path, *, n_layer: int = 4, n_embd: int = 64, n_head: 
     return m.finish()
 
 
-def _mamba_block(m: _Model, i: int, n_embd: int, d_inner: int, d_state: int, d_conv: int, dt_rank: int,
-                 norms: bool = False) -> None:
+def _mamba_block(
+    m: _Model, i: int, n_embd: int, d_inner: int, d_state: int, d_conv: int, dt_rank: int, norms: bool = False
+) -> None:
     blk = f"blk.{i}"
     m.random(f"{blk}.ssm_in.weight", 2 * d_inner, n_embd)
     m.random(f"{blk}.ssm_conv1d.weight", d_inner, d_conv)

@@ -10,17 +10,16 @@ import time
 
 import pytest
 
-from cliff_tui.recording import demo
 from cliff_tui.events import DecodeWindow, Notice, RunSettings, Sample
 from cliff_tui.jobs.run import RunJob
 from cliff_tui.probes.cgroup import read_cpu_quota
 from cliff_tui.probes.sampler import Sampler
+from cliff_tui.recording import demo
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.recording.writer import Recorder
 from cliff_tui.session import Session
 from cliff_tui.ui import app as app_module
 from cliff_tui.ui.app import CliffApp
-
 
 _TEXT_RE = re.compile(r'<text [^>]*clip-path="url\(#terminal-\d+-line-(\d+)\)">([^<]*)</text>')
 
@@ -61,15 +60,18 @@ async def test_watch_of_a_process_held_to_a_cpu_quota_shows_the_quota_running_ou
     import subprocess
     import sys
 
-    from conftest_cgroup import quota_cgroup
+    from cgroup_fixtures import quota_cgroup
 
     spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
     with quota_cgroup(50_000) as made:
         child = made.popen([sys.executable, "-c", spin], stdout=subprocess.DEVNULL)
         app = CliffApp("watch", Session(sampler=Sampler(pid=child.pid), interval=0.2))
         async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: (use := app.pipeline.quota_meter.use) is not None
-                           and use.throttled_share is not None, timeout=20)
+            await wait_for(
+                pilot,
+                lambda: (use := app.pipeline.quota_meter.use) is not None and use.throttled_share is not None,
+                timeout=20,
+            )
             await pilot.pause(0.3)
             text = screen_text(app)
     assert f"CPU quota  0.5 CPUs  · cgroup {made.path} (PID {child.pid}'s)" in text
@@ -149,8 +151,14 @@ async def test_q_during_the_prefill_exits_within_a_second(smollm2):
     job = RunJob(RunSettings(str(smollm2), 16_000, 32))
     app = CliffApp("run", Session(sampler=Sampler(pid=os.getpid()), job=job, interval=0.25))
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: app.pipeline.current is not None and app.pipeline.current.progress is not None
-                       and app.pipeline.current.progress.phase == "prefill")
+        await wait_for(
+            pilot,
+            lambda: (
+                app.pipeline.current is not None
+                and app.pipeline.current.progress is not None
+                and app.pipeline.current.progress.phase == "prefill"
+            ),
+        )
         t = time.monotonic()
         await pilot.press("q")
     elapsed = time.monotonic() - t
@@ -213,8 +221,24 @@ async def test_a_replay_names_the_keys_that_move_it_and_a_click_on_one_runs_it(d
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause(0.2)
         keys = screen_text(app).splitlines()[-1]
-        assert keys.split() == ["q", "Quit", "space", "Play/Pause", "s", "Speed", "←", "-10s", "→", "+10s",
-                                "?", "Help", "l", "Log", "r", "Record"]
+        assert keys.split() == [
+            "q",
+            "Quit",
+            "space",
+            "Play/Pause",
+            "s",
+            "Speed",
+            "←",
+            "-10s",
+            "→",
+            "+10s",
+            "?",
+            "Help",
+            "l",
+            "Log",
+            "r",
+            "Record",
+        ]
         await pilot.click(offset=(keys.index("Speed"), 35))
         assert app.session.player.speed == 4
 
@@ -272,13 +296,16 @@ async def test_replay_restarted_from_the_end_shows_each_sample_once(demo_recordi
         ram = app.pipeline.history.get("ram.used")
         times = [t for t, _ in ram.points()]
         assert len(times) == samples and times == sorted(set(times))
-        assert len(app.pipeline.history.get("tok_s")) == sum(isinstance(e, DecodeWindow)
-                                                            for e in demo_recording.events)
+        assert len(app.pipeline.history.get("tok_s")) == sum(isinstance(e, DecodeWindow) for e in demo_recording.events)
 
 
 async def test_notices_are_drawn_under_the_signs():
-    session = Session(preload=[Notice(1.0, "flash attention turned on: a quantised V cache (-ctv q8_0) needs it"),
-                               Notice(2.0, "GPL-3: 8,312 tokens, repeated ×1.44 to reach 12,000")])
+    session = Session(
+        preload=[
+            Notice(1.0, "flash attention turned on: a quantised V cache (-ctv q8_0) needs it"),
+            Notice(2.0, "GPL-3: 8,312 tokens, repeated ×1.44 to reach 12,000"),
+        ]
+    )
     app = CliffApp("run", session)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause(0.3)
@@ -312,8 +339,10 @@ async def test_a_killed_watch_recording_replays(tmp_path):
     import sys
 
     path = tmp_path / "s.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.25",
-                             "--record", str(path)], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cliff_tui", "watch", "--headless", "-i", "0.25", "--record", str(path)],
+        stdout=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60  # a loaded machine starts the interpreter slowly
     while time.monotonic() < deadline and (not path.exists() or path.read_bytes().count(b'"type":"sample"') < 6):
         time.sleep(0.1)
@@ -321,7 +350,11 @@ async def test_a_killed_watch_recording_replays(tmp_path):
     proc.wait(10)
     app = CliffApp("replay", Session(recording=open_recording(path), speed=16))
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: not app.session.player.playing and app.session.player.position == app.session.player.t_end, 10)
+        await wait_for(
+            pilot,
+            lambda: not app.session.player.playing and app.session.player.position == app.session.player.t_end,
+            10,
+        )
         await pilot.pause(0.3)
         text = screen_text(app)
         assert "System RAM" in text and "replay s.jsonl" in text
@@ -370,7 +403,7 @@ async def _replayed_to_the_end(size: tuple[int, int]) -> tuple[CliffApp, str, st
 
 
 async def test_the_projection_is_in_view_at_120x40_without_a_key():
-    app, text, footer = await _replayed_to_the_end((120, 40))
+    _app, text, footer = await _replayed_to_the_end((120, 40))
     assert "largest context before the cliff" in text and "System RAM" in text  # pane and tiers at once
     assert "context (tokens)" in text  # the chart
     assert " cliff ▕" in text and "tokens before the cliff" in text  # the gauge in the header
@@ -378,7 +411,7 @@ async def test_the_projection_is_in_view_at_120x40_without_a_key():
 
 
 async def test_below_100x30_the_projection_is_one_key_away_and_the_footer_says_which():
-    app, text, footer = await _replayed_to_the_end((90, 26))
+    _app, text, footer = await _replayed_to_the_end((90, 26))
     assert "largest context before the cliff" not in text and "System RAM" in text
     assert "v Projection" in footer
 

@@ -17,7 +17,16 @@ from textual.drivers import headless_driver
 
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.events import (
-    CpuQuota, Notice, ProcessReading, RamReading, RunFailed, RunSettings, RunStarted, Sample, SessionReading, SwapReading,
+    CpuQuota,
+    Notice,
+    ProcessReading,
+    RamReading,
+    RunFailed,
+    RunSettings,
+    RunStarted,
+    Sample,
+    SessionReading,
+    SwapReading,
 )
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.session import Session
@@ -60,8 +69,13 @@ def terminal(monkeypatch):
 def stray_controls(stream: str) -> list[str]:
     """What is left of the stream once Textual's own sequences are taken out: nothing but text."""
     rest = _TEXTUAL_OWN.sub("", stream)
-    return sorted({f"U+{ord(ch):04X}" for ch in rest
-                   if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") and ch not in "\n\r"})
+    return sorted(
+        {
+            f"U+{ord(ch):04X}"
+            for ch in rest
+            if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") and ch not in "\n\r"
+        }
+    )
 
 
 def test_the_hostile_recording_replays_with_every_panel_line_intact(snap_compare):
@@ -102,14 +116,24 @@ def _hostile_session(text: str, model_name: str) -> list:
     from cliff_tui.events import ModelInfo
 
     model = ModelInfo("/m.gguf", model_name, 1, "llama", 2, 4, 2, 32, 32, 4096, None, "F32")
-    sample = Sample(1.0, RamReading(2 << 30, 8 << 30, 6 << 30), SwapReading(0, 1 << 30), (), f"reason {text}",
-                    ProcessReading(7, f"proc {text}", 1 << 20, 0), cpu_quota=CpuQuota(f"/cg {text}", 0.5, 10, 1))
-    return [RunStarted(0.5, "r1", RunSettings("/m.gguf", 64, 4), model, 68), sample,
-            Notice(1.1, f"notice {text}", "warning"),
-            SessionReading(1.2, "ollama", "http://127.0.0.1:11434", "error", f"server {text}")]
+    sample = Sample(
+        1.0,
+        RamReading(2 << 30, 8 << 30, 6 << 30),
+        SwapReading(0, 1 << 30),
+        (),
+        f"reason {text}",
+        ProcessReading(7, f"proc {text}", 1 << 20, 0),
+        cpu_quota=CpuQuota(f"/cg {text}", 0.5, 10, 1),
+    )
+    return [
+        RunStarted(0.5, "r1", RunSettings("/m.gguf", 64, 4), model, 68),
+        sample,
+        Notice(1.1, f"notice {text}", "warning"),
+        SessionReading(1.2, "ollama", "http://127.0.0.1:11434", "error", f"server {text}"),
+    ]
 
 
-_PLAIN = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=4)
+_PLAIN = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=4)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -119,8 +143,9 @@ def test_hostile_strings_as_a_gguf_name_and_session_fields_are_drawn_as_text(tmp
     """A GGUF's general.name (written with the gguf package, read by cliff-tui's reader), a process
     name, a no-GPU reason, a cgroup's path, a notice and a server message: drawn literally, never run."""
     in_file = "".join(ch for ch in text if not "\ud800" <= ch <= "\udfff") or "x"  # a file holds UTF-8
-    path = write_tiny_llama(tmp_path / "hostile.gguf", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=32,
-                            name=in_file)
+    path = write_tiny_llama(
+        tmp_path / "hostile.gguf", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=32, name=in_file
+    )
     name = read_model_info(path).name
     assert name == inert(in_file)
     terminal.clear()
@@ -137,8 +162,12 @@ def test_hostile_strings_as_a_gguf_name_and_session_fields_are_drawn_as_text(tmp
     shown = inert(text)
     title = screen.splitlines()[0]
     assert f"{name} (F32)" in title or (len(title) >= 200 and f"{name} (F32)".startswith(title.split(" · ", 2)[2][:-1]))
-    for part in (f"No VRAM tier: reason {shown}", f"PID 7 proc {shown}", f"notice {shown}",
-                 f"cgroup /cg {shown} (PID 7's)"):
+    for part in (
+        f"No VRAM tier: reason {shown}",
+        f"PID 7 proc {shown}",
+        f"notice {shown}",
+        f"cgroup /cg {shown} (PID 7's)",
+    ):
         assert part in screen, part
 
 

@@ -35,6 +35,11 @@ def test_any_recorded_values_feed_and_draw(generated):
         for scaled in panel.graphs or ():
             scaled.graph.segments(40, 4)
             scaled.label(0, 4)
-    for line in (render.signs_line(pipeline.signs), render.gauge_line(pipeline), render.notice_line(pipeline),
-                 render.progress_line(pipeline), render.session_line(pipeline)):
+    for line in (
+        render.signs_line(pipeline.signs),
+        render.gauge_line(pipeline),
+        render.notice_line(pipeline),
+        render.progress_line(pipeline),
+        render.session_line(pipeline),
+    ):
         render.fit_line(line, 80)

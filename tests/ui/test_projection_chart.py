@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -23,21 +24,68 @@ def _gpu_run(n_ctx: int, cache: str = "f16") -> RunResult:
     kv = n_ctx * GPU_KV_PER_TOKEN * (34 if cache == "q8_0" else 64) // 64  # q8_0: 34 bytes per 32 values
     settings = RunSettings("/models/qwen2.5-7b-q4_k_m.gguf", n_ctx - 256, 64, cache_type_k=cache, cache_type_v=cache)
     return RunResult(
-        f"r{n_ctx}{cache}", settings, "Qwen2.5 7B", n_ctx,
-        n_ctx - 256, 64, "CUDA0", {"CUDA0": kv}, {"CUDA0": 4460 * MiB}, {"CUDA0": 1580 * MiB, "CUDA_Host": 64 * MiB},
-        42.0, 30.0, 2100.0, n_ctx - 256, (), SpeedVerdict("ok", "", 41.0, 30.5, 3.0), 9 * GiB, 9 * GiB, 0, 0,
-        700 * MiB, 700 * MiB, 700 * MiB, 4 * MiB,
-        (GpuDelta(0, "NVIDIA GeForce RTX 4070", 310 * MiB, GPU_FIXED + kv, 120 * MiB, 120 * MiB),), None, 60.0)
+        f"r{n_ctx}{cache}",
+        settings,
+        "Qwen2.5 7B",
+        n_ctx,
+        n_ctx - 256,
+        64,
+        "CUDA0",
+        {"CUDA0": kv},
+        {"CUDA0": 4460 * MiB},
+        {"CUDA0": 1580 * MiB, "CUDA_Host": 64 * MiB},
+        42.0,
+        30.0,
+        2100.0,
+        n_ctx - 256,
+        (),
+        SpeedVerdict("ok", "", 41.0, 30.5, 3.0),
+        9 * GiB,
+        9 * GiB,
+        0,
+        0,
+        700 * MiB,
+        700 * MiB,
+        700 * MiB,
+        4 * MiB,
+        (GpuDelta(0, "NVIDIA GeForce RTX 4070", 310 * MiB, GPU_FIXED + kv, 120 * MiB, 120 * MiB),),
+        None,
+        60.0,
+    )
 
 
 def _cpu_run(n_ctx: int) -> RunResult:
     """A small model with its KV cache in RAM: the worker's resident memory grows with n_ctx."""
     rss = 160 * MiB + n_ctx * CPU_PER_TOKEN
     return RunResult(
-        f"r{n_ctx}", RunSettings("/models/smollm2-135m-q4_1.gguf", n_ctx - 256, 64), "SmolLM2 135M", n_ctx,
-        n_ctx - 256, 64, "CPU", {"CPU": n_ctx * 22 * KiB}, {"CPU_Mapped": 90 * MiB}, {"CPU": 40 * MiB}, 65.0, 30.0,
-        200.0, n_ctx - 256, (), SpeedVerdict("ok", "", 64.0, 30.0, 1.0), 400 * MiB, 400 * MiB, 0, 0,
-        rss - 8 * MiB, rss - 4 * MiB, rss, 64 * KiB, (), "no GPU found", 30.0)
+        f"r{n_ctx}",
+        RunSettings("/models/smollm2-135m-q4_1.gguf", n_ctx - 256, 64),
+        "SmolLM2 135M",
+        n_ctx,
+        n_ctx - 256,
+        64,
+        "CPU",
+        {"CPU": n_ctx * 22 * KiB},
+        {"CPU_Mapped": 90 * MiB},
+        {"CPU": 40 * MiB},
+        65.0,
+        30.0,
+        200.0,
+        n_ctx - 256,
+        (),
+        SpeedVerdict("ok", "", 64.0, 30.0, 1.0),
+        400 * MiB,
+        400 * MiB,
+        0,
+        0,
+        rss - 8 * MiB,
+        rss - 4 * MiB,
+        rss,
+        64 * KiB,
+        (),
+        "no GPU found",
+        30.0,
+    )
 
 
 def _gpu_tri(*n_ctxs: int, cache: str = "f16") -> Triangulation:
@@ -71,15 +119,18 @@ def _y_labels(lines: list[str]) -> list[str]:
     return [m.group(1) for line in lines if (m := re.match(r"^\s*(.+?)┤", line))]
 
 
-@pytest.mark.parametrize("lo, hi, count, expected", [
-    (0, 9011, 5, [0, 2000, 4000, 6000, 8000, 10_000]),
-    (0, 30_000, 4, [0, 10_000, 20_000, 30_000]),
-    (147, 404, 5, [100, 150, 200, 250, 300, 350, 400, 450]),
-    (147, 404, 3, [100, 200, 300, 400, 500]),
-    (4.3, 11.7, 4, [4, 6, 8, 10, 12]),
-    (0.8, 1.3, 5, [0.8, 0.9, 1.0, 1.1, 1.2, 1.3]),
-    (0, 193, 5, [0, 50, 100, 150, 200]),
-])
+@pytest.mark.parametrize(
+    "lo, hi, count, expected",
+    [
+        (0, 9011, 5, [0, 2000, 4000, 6000, 8000, 10_000]),
+        (0, 30_000, 4, [0, 10_000, 20_000, 30_000]),
+        (147, 404, 5, [100, 150, 200, 250, 300, 350, 400, 450]),
+        (147, 404, 3, [100, 200, 300, 400, 500]),
+        (4.3, 11.7, 4, [4, 6, 8, 10, 12]),
+        (0.8, 1.3, 5, [0.8, 0.9, 1.0, 1.1, 1.2, 1.3]),
+        (0, 193, 5, [0, 50, 100, 150, 200]),
+    ],
+)
 def test_nice_ticks_step_by_one_two_or_five_and_cover_the_range(lo, hi, count, expected):
     assert nice_ticks(lo, hi, count) == expected
 
@@ -93,8 +144,14 @@ def test_axes_label_round_values_with_units():
     assert token_axis(25_000, 4).labels == ("0", "5k", "10k", "15k", "20k", "25k")
     assert token_axis(26_000, 3).labels == ("0", "10k", "20k", "30k")
     assert token_axis(950_000, 4).labels == ("0", "200k", "400k", "600k", "800k", "1M")
-    assert byte_axis(159 * MiB, 392 * MiB, 5).labels == ("150 MiB", "200 MiB", "250 MiB", "300 MiB", "350 MiB",
-                                                         "400 MiB")
+    assert byte_axis(159 * MiB, 392 * MiB, 5).labels == (
+        "150 MiB",
+        "200 MiB",
+        "250 MiB",
+        "300 MiB",
+        "350 MiB",
+        "400 MiB",
+    )
     assert byte_axis(159 * MiB, 392 * MiB, 3).labels == ("200 MiB", "300 MiB", "400 MiB")
     assert byte_axis(6.3 * GiB, 11.6 * GiB, 5).labels == ("6 GiB", "7 GiB", "8 GiB", "9 GiB", "10 GiB", "11 GiB")
     assert byte_axis(6.3 * GiB, 11.6 * GiB, 3).labels == ("6 GiB", "8 GiB", "10 GiB")
@@ -102,8 +159,16 @@ def test_axes_label_round_values_with_units():
 
 
 def test_token_counts_are_compact():
-    assert [fmt_tokens(n) for n in (0, 512, 8000, 10_500, 41_472, 852_992, 999_900, 1_500_000)] == \
-        ["0", "512", "8k", "10.5k", "41.5k", "853k", "1M", "1.5M"]
+    assert [fmt_tokens(n) for n in (0, 512, 8000, 10_500, 41_472, 852_992, 999_900, 1_500_000)] == [
+        "0",
+        "512",
+        "8k",
+        "10.5k",
+        "41.5k",
+        "853k",
+        "1M",
+        "1.5M",
+    ]
 
 
 def test_one_point_is_a_chart_of_that_point_alone():
@@ -120,7 +185,7 @@ def test_ticks_are_round_and_carry_units():
     xs, ys = _x_labels(lines), _y_labels(lines)
     assert xs[0] == "0" and all(re.fullmatch(r"\d+(\.\d)?k", x) for x in xs[1:]), xs
     tokens = [0] + [parse_tokens(x) for x in xs[1:]]
-    steps = {b - a for a, b in zip(tokens, tokens[1:])}
+    steps = {b - a for a, b in itertools.pairwise(tokens)}
     assert len(steps) == 1 and steps.pop() in (1000, 2000, 5000)
     assert len(ys) >= 2 and all(re.fullmatch(r"\d+ MiB", y) for y in ys), ys
 

@@ -33,8 +33,14 @@ class Terminal:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         env = {key: value for key, value in os.environ.items() if key != "TEXTUAL_DRIVER"}
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                                     env={**env, "TERM": "xterm-256color", "ESCDELAY": "100"})
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+            env={**env, "TERM": "xterm-256color", "ESCDELAY": "100"},
+        )
         os.close(slave)
         self.out = bytearray()
 
@@ -79,7 +85,7 @@ class _Thread:
     """The driver's input thread reading a pipe, as it reads a terminal; what it hands the app,
     kept."""
 
-    def __init__(self, driver: "_KeptMessages") -> None:
+    def __init__(self, driver: _KeptMessages) -> None:
         self.driver = driver
         self.read_end, self.write_end = os.pipe()
         driver.fileno = self.read_end
@@ -200,7 +206,6 @@ def test_the_dashboard_takes_keys_after_a_suspend_and_resume(watch):
     watch.press(b"q")
     assert watch.exit_code(limit=5) == 0
     assert b"Traceback" not in watch.out
-
 
 
 async def test_a_frame_is_on_the_terminal_when_the_driver_is_flushed():

@@ -12,10 +12,10 @@ from textual.widget import Widget
 from cliff_tui.recording import demo
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.session import Session
-from cliff_tui.ui.app import CliffApp
-from cliff_tui.ui.render import fit_line
-from cliff_tui.ui.graph import BARS, GAP, MARK, Graph, zoom_range
 from cliff_tui.ui import widgets
+from cliff_tui.ui.app import CliffApp
+from cliff_tui.ui.graph import BARS, GAP, MARK, Graph, zoom_range
+from cliff_tui.ui.render import fit_line
 from cliff_tui.ui.widgets import KeysLine, LineView, one_paint
 from ui.test_app import TRIANGULATION, replay_to_the_end, settled
 
@@ -113,8 +113,7 @@ async def test_a_line_view_changed_in_one_paint_is_written_as_the_block_ends(mon
         assert len(frames) == 1  # and no second pass for it
 
 
-async def test_a_line_view_changed_outside_one_paint_or_without_its_private_names_is_written_a_pass_later(
-        monkeypatch):
+async def test_a_line_view_changed_outside_one_paint_or_without_its_private_names_is_written_a_pass_later(monkeypatch):
     app = _OneView()
     async with app.run_test(size=(40, 6)) as pilot:
         view = app.query_one(LineView)
@@ -154,6 +153,7 @@ async def test_line_view_builds_again_only_the_parts_whose_key_changed():
         def lines(width: int):
             built.append(name)
             return [fit_line([(text, None)], width)]
+
         return lines
 
     async with app.run_test(size=(40, 6)) as pilot:
@@ -195,13 +195,18 @@ async def test_line_view_hands_the_compositor_what_textuals_styling_pass_would()
     app = _StyledViews()
     async with app.run_test(size=(40, 8)) as pilot:
         views = [app.query_one(f"#{name}", LineView) for name in ("plain", "padded", "faded", "keys")]
-        lines = lambda w: [fit_line([("RAM ", Style(bold=True)), ("6.1 GiB ▁▂▃", Style(color="red"))], w),
-                           fit_line([("swap", None)], w)]
+
+        def lines(w):
+            return [
+                fit_line([("RAM ", Style(bold=True)), ("6.1 GiB ▁▂▃", Style(color="red"))], w),
+                fit_line([("swap", None)], w),
+            ]
+
         for view in views[:3]:
             view.show(1, lines)
         views[3].show_keys([("q", "quit", "quit"), ("l", "log", "show_log")])
         await pilot.pause()
-        plain, padded, _, keys = views
+        _plain, padded, _, _keys = views
         assert [view._plain() for view in views] == [True, False, False, True]  # the first skips the pass
         _as_textual_draws(views)
         assert padded.render_lines(Region(0, 0, 40, 1))[0].text.startswith("  RAM")
@@ -245,9 +250,10 @@ async def test_the_key_under_the_mouse_is_styled_as_a_link():
 
 def _visible_cells(app) -> list[list[tuple[str, object, object]]]:
     """Each cell as seen: its character, its background, and its colour where it draws one."""
-    return [[(char, style.bgcolor, None if char == " " else style.color)
-             for text, style, _ in strip for char in text]
-            for strip in app.screen._compositor.render_strips()]
+    return [
+        [(char, style.bgcolor, None if char == " " else style.color) for text, style, _ in strip for char in text]
+        for strip in app.screen._compositor.render_strips()
+    ]
 
 
 @pytest.mark.parametrize("mode, size", [("run", (120, 40)), ("replay", (120, 40)), ("replay", (200, 50))])

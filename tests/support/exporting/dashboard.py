@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "cliff-tui.json"
+DASHBOARD = Path(__file__).resolve().parents[3] / "deploy" / "grafana" / "cliff-tui.json"
 GRAFANA_VARIABLES = {"$instance": ".+", "$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
@@ -15,8 +16,24 @@ _BRACES = re.compile(r"\{[^{}]*\}")
 _RANGE = re.compile(r"\[[^\]]*\]")
 _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
 _NAME = re.compile(r"(?<![\w.$])([a-zA-Z_:][a-zA-Z0-9_:]*)(?![\w:])(?!\s*\()")
-_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
-             "group_right", "inf", "nan", "Inf", "NaN", "atan2"}
+_KEYWORDS = {
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "inf",
+    "nan",
+    "Inf",
+    "NaN",
+    "atan2",
+}
 _LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(.*?)\s*(?:,\s*[a-zA-Z_]\w*\s*)?\)\s*$")
 
 

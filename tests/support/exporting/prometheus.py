@@ -10,15 +10,16 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from fakes.http_server import free_port
 
-DEPLOY_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "prometheus.yml"
+DEPLOY_CONFIG = Path(__file__).resolve().parents[3] / "deploy" / "prometheus.yml"
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -71,9 +72,17 @@ def scraping(target: str, workdir: Path) -> Iterator[Prometheus]:
     config = workdir / "prometheus.yml"
     config.write_text(config_for(target))
     port = free_port()
-    log = open(workdir / "prometheus.log", "wb")
-    proc = subprocess.Popen([binary(), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    log = open(workdir / "prometheus.log", "wb")  # noqa: SIM115 - the server writes it until the block ends
+    proc = subprocess.Popen(
+        [
+            binary(),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     prometheus = Prometheus(f"http://127.0.0.1:{port}")
     try:
         _wait_ready(prometheus, proc, workdir / "prometheus.log")

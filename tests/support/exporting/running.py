@@ -10,8 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 SERVING = re.compile(r"serving (http://\S+)/metrics")
 
@@ -23,8 +23,13 @@ def clean_env() -> dict[str, str]:
 def start(*args: str) -> subprocess.Popen:
     """The exporter, its stderr lines handed to ``proc.lines`` by a reader thread (a select() on the
     pipe would miss a line already sitting in Python's buffer)."""
-    proc = subprocess.Popen([sys.executable, "-m", "cliff_tui", "exporter", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=clean_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cliff_tui", "exporter", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
     proc.lines = queue.Queue()  # type: ignore[attr-defined]
     threading.Thread(target=_read_lines, args=(proc,), daemon=True).start()
     return proc

@@ -10,14 +10,17 @@ counter that moved, say). Unknown paths answer 404 like a plain web server.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Sequence, Union
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "endpoints"
-_TYPES = {".json": "application/json; charset=utf-8", ".txt": "text/plain; version=0.0.4",
-          ".html": "text/html; charset=utf-8"}
+DATA = Path(__file__).resolve().parents[2] / "data" / "endpoints"
+_TYPES = {
+    ".json": "application/json; charset=utf-8",
+    ".txt": "text/plain; version=0.0.4",
+    ".html": "text/html; charset=utf-8",
+}
 
 
 @dataclass(frozen=True)
@@ -32,16 +35,16 @@ class Route:
     trickle_head_s: float = 0.0  # the same for the status line and headers
 
     @classmethod
-    def file(cls, name: str, status: int = 200, delay_s: float = 0.0) -> "Route":
+    def file(cls, name: str, status: int = 200, delay_s: float = 0.0) -> Route:
         path = DATA / name
         return cls(status, path.read_bytes(), _TYPES.get(path.suffix, "application/octet-stream"), delay_s)
 
     @classmethod
-    def text(cls, body: str, status: int = 200, content_type: str = "text/plain") -> "Route":
+    def text(cls, body: str, status: int = 200, content_type: str = "text/plain") -> Route:
         return cls(status, body.encode(), content_type)
 
 
-Routes = Union[Route, Sequence[Route]]
+Routes = Route | Sequence[Route]
 
 
 class FakeHttpServer:
@@ -54,8 +57,7 @@ class FakeHttpServer:
             self.route(path, route)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fake-http",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fake-http", daemon=True)
 
     @property
     def port(self) -> int:
@@ -69,7 +71,7 @@ class FakeHttpServer:
         with self._lock:
             self._routes[path] = [route] if isinstance(route, Route) else list(route)
 
-    def start(self) -> "FakeHttpServer":
+    def start(self) -> FakeHttpServer:
         self._thread.start()
         return self
 
@@ -78,7 +80,7 @@ class FakeHttpServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def __enter__(self) -> "FakeHttpServer":
+    def __enter__(self) -> FakeHttpServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -98,7 +100,7 @@ class FakeHttpServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_GET(self) -> None:
                 route = server.next_route(self.path.split("?")[0])
                 if route is None:
                     route = Route.text("Not Found", 404)
@@ -128,7 +130,7 @@ class FakeHttpServer:
             def _trickle(self, data: bytes, every_s: float) -> bool:
                 """Write ``data`` a byte at a time; False when the server is stopping."""
                 for i in range(len(data)):
-                    self.wfile.write(data[i:i + 1])
+                    self.wfile.write(data[i : i + 1])
                     self.wfile.flush()
                     if server._stopping.wait(every_s):
                         return False

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import types
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import pynvml
 
@@ -63,9 +64,14 @@ class FakeGpu:
     util_gpu: int = 87
     util_memory: int = 41
     temperature_c: int = 64
-    clocks_mhz: Mapping[int, int] = field(default_factory=lambda: {
-        pynvml.NVML_CLOCK_GRAPHICS: 2475, pynvml.NVML_CLOCK_SM: 2475,
-        pynvml.NVML_CLOCK_MEM: 10501, pynvml.NVML_CLOCK_VIDEO: 1950})
+    clocks_mhz: Mapping[int, int] = field(
+        default_factory=lambda: {
+            pynvml.NVML_CLOCK_GRAPHICS: 2475,
+            pynvml.NVML_CLOCK_SM: 2475,
+            pynvml.NVML_CLOCK_MEM: 10501,
+            pynvml.NVML_CLOCK_VIDEO: 1950,
+        }
+    )
     clock_events: int = 0  # nvmlClocksEventReason* bitmask
     pcie_rx_kb_s: int = 1200  # NVML: KB/s over a 20 ms window
     pcie_tx_kb_s: int = 300
@@ -85,8 +91,14 @@ class FakeNvml:
     that does not have them (e.g. ``nvmlMemory_v2``, ``nvmlDeviceGetCurrentClocksEventReasons``).
     """
 
-    def __init__(self, gpus: Iterable[FakeGpu] = (), *, init_error: int | None = None,
-                 errors: Mapping[str, int] | None = None, absent: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        gpus: Iterable[FakeGpu] = (),
+        *,
+        init_error: int | None = None,
+        errors: Mapping[str, int] | None = None,
+        absent: Iterable[str] = (),
+    ) -> None:
         self.gpus = list(gpus)
         self.init_error = init_error
         self.errors = dict(errors or {})
@@ -107,7 +119,7 @@ class FakeNvml:
     # --- the module ---------------------------------------------------------------------------
 
     def _build_module(self, absent: set[str]) -> types.ModuleType:
-        mod = types.ModuleType("pynvml", "fake pynvml (tests/fakes/nvml.py)")
+        mod = types.ModuleType("pynvml", "fake pynvml (tests/support/fakes/nvml.py)")
         for name in dir(pynvml):
             if name.startswith(_COPIED_PREFIXES):
                 setattr(mod, name, getattr(pynvml, name))
@@ -119,25 +131,32 @@ class FakeNvml:
             "nvmlDeviceGetName": lambda h: self._device(h, "nvmlDeviceGetName", lambda g: g.name),
             "nvmlDeviceGetUUID": lambda h: self._device(h, "nvmlDeviceGetUUID", lambda g: g.uuid),
             "nvmlDeviceGetMemoryInfo": self._memory_info,
-            "nvmlDeviceGetUtilizationRates": lambda h: self._device(
-                h, "nvmlDeviceGetUtilizationRates", _utilization),
+            "nvmlDeviceGetUtilizationRates": lambda h: self._device(h, "nvmlDeviceGetUtilizationRates", _utilization),
             "nvmlDeviceGetTemperature": lambda h, sensor: self._device(
-                h, "nvmlDeviceGetTemperature", lambda g: _temperature(g, sensor)),
+                h, "nvmlDeviceGetTemperature", lambda g: _temperature(g, sensor)
+            ),
             "nvmlDeviceGetClockInfo": lambda h, clock: self._device(
-                h, "nvmlDeviceGetClockInfo", lambda g: _clock(g, clock)),
+                h, "nvmlDeviceGetClockInfo", lambda g: _clock(g, clock)
+            ),
             "nvmlDeviceGetCurrentClocksEventReasons": lambda h: self._device(
-                h, "nvmlDeviceGetCurrentClocksEventReasons", lambda g: g.clock_events),
+                h, "nvmlDeviceGetCurrentClocksEventReasons", lambda g: g.clock_events
+            ),
             "nvmlDeviceGetCurrentClocksThrottleReasons": lambda h: self._device(
-                h, "nvmlDeviceGetCurrentClocksThrottleReasons", lambda g: g.clock_events),
+                h, "nvmlDeviceGetCurrentClocksThrottleReasons", lambda g: g.clock_events
+            ),
             "nvmlDeviceGetPcieThroughput": lambda h, counter: self._device(
-                h, "nvmlDeviceGetPcieThroughput", lambda g: _pcie(g, counter)),
+                h, "nvmlDeviceGetPcieThroughput", lambda g: _pcie(g, counter)
+            ),
             "nvmlDeviceGetComputeRunningProcesses_v3": lambda h: self._device(
-                h, "nvmlDeviceGetComputeRunningProcesses_v3", _processes),
+                h, "nvmlDeviceGetComputeRunningProcesses_v3", _processes
+            ),
             "nvmlDeviceGetComputeRunningProcesses_v2": lambda h: self._device(
-                h, "nvmlDeviceGetComputeRunningProcesses_v2", _processes),
+                h, "nvmlDeviceGetComputeRunningProcesses_v2", _processes
+            ),
             # nvidia-ml-py ≥ 11.515: the plain name calls the _v3 symbol (see pynvml.py).
             "nvmlDeviceGetComputeRunningProcesses": lambda h: self._device(
-                h, "nvmlDeviceGetComputeRunningProcesses_v3", _processes),
+                h, "nvmlDeviceGetComputeRunningProcesses_v3", _processes
+            ),
         }
         for name, fn in functions.items():
             setattr(mod, name, fn)
@@ -172,18 +191,18 @@ class FakeNvml:
         self._library("nvmlDeviceGetCount")
         return len(self.gpus)
 
-    def _handle_by_index(self, index: int) -> "_Handle":
+    def _handle_by_index(self, index: int) -> _Handle:
         self._library("nvmlDeviceGetHandleByIndex")
         if not 0 <= index < len(self.gpus):
             self._raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return _Handle(index)
 
-    def _memory_info(self, handle: "_Handle", version: int | None = None) -> Any:
+    def _memory_info(self, handle: _Handle, version: int | None = None) -> Any:
         if not version:
             return self._device(handle, "nvmlDeviceGetMemoryInfo", _memory_v1)
         return self._device(handle, "nvmlDeviceGetMemoryInfo_v2", lambda g: _memory_v2(g, version))
 
-    def _device(self, handle: "_Handle", symbol: str, value: Any) -> Any:
+    def _device(self, handle: _Handle, symbol: str, value: Any) -> Any:
         """One device call: counted, then lost / injected error / the documented value."""
         if not isinstance(handle, _Handle):
             self._raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
@@ -258,6 +277,9 @@ def _pcie(g: FakeGpu, counter: int) -> int:
 
 def _processes(g: FakeGpu) -> list[Any]:
     # The binding returns nvmlFriendlyObject entries; NVML_VALUE_NOT_AVAILABLE becomes None.
-    return [pynvml.nvmlFriendlyObject({"pid": p.pid, "usedGpuMemory": p.used_bytes,
-                                       "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF})
-            for p in g.processes]
+    return [
+        pynvml.nvmlFriendlyObject(
+            {"pid": p.pid, "usedGpuMemory": p.used_bytes, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF}
+        )
+        for p in g.processes
+    ]

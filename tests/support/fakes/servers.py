@@ -9,8 +9,11 @@ DECODING = [Route.file("llama_slots_decoding_1.json"), Route.file("llama_slots_d
 
 
 def llama(metrics: Route | list[Route], slots: Route | None = None, **more: Route) -> FakeHttpServer:
-    routes = {"/metrics": metrics, "/slots": slots or Route.file("llama_slots.json"),
-              **{"/" + k.replace("_", "/"): v for k, v in more.items()}}
+    routes = {
+        "/metrics": metrics,
+        "/slots": slots or Route.file("llama_slots.json"),
+        **{"/" + k.replace("_", "/"): v for k, v in more.items()},
+    }
     return FakeHttpServer(routes).start()
 
 

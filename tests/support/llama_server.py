@@ -1,0 +1,102 @@
+"""A real llama-server for the tests: found ($LLAMA_SERVER, PATH, or the binary
+scripts/build_llama_tools.sh leaves in .tools/llama-server/bin), started on a free loopback port
+with SmolLM2, stopped by PID at the end (``real_llama_server``, a module-scoped fixture)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cliff_tui.errors import BadInput
+from cliff_tui.probes.endpoints import http as ep
+from fakes.http_server import free_port
+from paths import ROOT
+
+
+def find_llama_server() -> str | None:
+    candidates = [
+        os.environ.get("LLAMA_SERVER"),
+        shutil.which("llama-server"),
+        str(ROOT / ".tools" / "llama-server" / "bin" / "llama-server"),
+    ]
+    return next((c for c in candidates if c and os.access(c, os.X_OK) and Path(c).is_file()), None)
+
+
+def post_json(url: str, body: dict, timeout: float = 120) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, limit: float = 120) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"llama-server exited with {proc.returncode}")
+        reply = ep.fetch(url + "/health", 1)
+        if reply.status == 200:
+            return
+        time.sleep(0.25)
+    pytest.fail("llama-server did not become healthy in time")
+
+
+@pytest.fixture(scope="module")
+def real_llama_server(tmp_path_factory):
+    binary = find_llama_server()
+    if binary is None:
+        pytest.skip(
+            "no llama-server binary: set LLAMA_SERVER, put one on PATH, or run "
+            "scripts/build_llama_tools.sh llama-server"
+        )
+    from cliff_tui.engine.default_model import default_model_path
+
+    try:
+        model = default_model_path()
+    except BadInput as exc:
+        pytest.skip(str(exc))
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                binary,
+                "-m",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--metrics",
+                "-c",
+                "2048",
+                "-np",
+                "1",
+                "-t",
+                "2",
+                "-ngl",
+                "0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
