@@ -1,9 +1,9 @@
 """Helpers the benchmarks share: the exact command line, and how busy the machine was.
 
-llama.cpp's OpenMP threads spin-wait, so any other CPU load spoils decode timings (100× seen on
-the project's 2-core machine). :class:`OtherLoad` measures the CPU time that processes *other
-than this benchmark and its children* used while it ran, so each results section can say whether
-its figures come from a quiet machine.
+llama.cpp's OpenMP threads spin-wait, so any other CPU load spoils decode timings (see
+bench/RESULTS.md, 'A real cliff in a memory cgroup'). :class:`OtherLoad` measures the CPU time
+that processes *other than this benchmark and its children* used while it ran, so each results
+section can say whether its figures come from a quiet machine.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def machine_line() -> str:
 
 def machine_pace(loops: int = 1_000_000) -> float:
     """Milliseconds a fixed loop of Python takes on this core now. The host can slow a VM's CPUs
-    without any process in it being busy and without the steal counter moving (2× within a minute
-    seen on the project's 2-core VM): a run timed beside this figure says which runs met a slow
-    machine."""
+    without any process in it being busy and without the steal counter moving (see
+    bench/RESULTS.md, 'Filled against prefilled'): a run timed beside this figure says which runs
+    met a slow machine."""
     t = time.perf_counter()
     total = 0
     for i in range(loops):

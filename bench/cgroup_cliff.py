@@ -17,7 +17,7 @@ decode at depth against its own depth trend (the line through its probes at ≤ 
 engine fits it) and against the peer, swap (the cgroup's, VmSwap, the system's), anon vs file
 charged, major faults per decoded token, and where usage reached the limit.
 
-    sudo python bench/cgroup_cliff.py                                  # the figures in bench/RESULTS.md
+    sudo python bench/cgroup_cliff.py --threads 1                      # the figures in bench/RESULTS.md
     sudo python bench/cgroup_cliff.py --limits 80 --reps 1 --no-run    # one probe curve, ~1 min
 """
 

@@ -13,7 +13,7 @@ the same prometheus_client WSGI server. That is its host-metrics part (CPU, RAM,
 network, disks), the part a GPU-less machine can compare; cliff-tui samples RAM, swap and the
 signs. With a GPU both would also read NVML every tick.
 
-    python bench/exporter_cost.py --minutes 5        # the figures in bench/RESULTS.md
+    python bench/exporter_cost.py --minutes 3        # the figures in bench/RESULTS.md
     python bench/exporter_cost.py --minutes 1        # a quick look
 """
 

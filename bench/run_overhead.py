@@ -21,7 +21,8 @@ Reports each system's median tok/s and the ratios A/B (goal ≥ 0.97), A/C, B/C,
 the median of the per-repetition A/B ratios, and prints a markdown section for bench/RESULTS.md
 (with the exact command line). llama.cpp's OpenMP threads spin-wait: run it on a quiet machine.
 
-    python bench/run_overhead.py                          # the figures in bench/RESULTS.md
+    python bench/run_overhead.py --reps 9 --no-llama-bench   # the figures in bench/RESULTS.md
+    python bench/run_overhead.py                          # 5 repetitions, with llama-bench if found
     python bench/run_overhead.py --depth 256 --n-gen 32 --reps 1 --no-llama-bench --no-headless  # a quick look
 """
 

@@ -5,7 +5,7 @@ Each part of ``Sampler.sample()`` is wrapped with a thread-CPU timer. A round ta
 samples at 4 Hz, then 2,000 samples back to back; rounds alternate idle and churning (the helper of
 ``watch_cost.py``, allocating and freeing --churn GiB every second) --reps times.
 
-    python bench/sampler_cost.py                      # the figures in bench/RESULTS.md
+    python bench/sampler_cost.py --reps 3 --seconds 30   # the figures in bench/RESULTS.md
     python bench/sampler_cost.py --reps 1 --seconds 10
 """
 

@@ -303,7 +303,8 @@ def main() -> int:
 
 def measure(cliff: str, btop: str | None, env: dict[str, str], args: argparse.Namespace) -> float | None:
     """One side-by-side run with fresh processes, the churn helper's too: under churn cliff-tui's
-    CPU moves by up to a half from one set of processes to the next (bench/RESULTS.md)."""
+    CPU moves from one set of processes to the next (see bench/RESULTS.md, 'Watch CPU against
+    btop')."""
     churn = subprocess.Popen([sys.executable, "-c", CHURN, str(args.churn)]) if args.churn else None
     terminals = [spawn("cliff-tui watch -i 0.25", [cliff, "watch", "-i", "0.25"], env)]
     if btop is not None:

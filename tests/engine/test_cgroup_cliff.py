@@ -4,11 +4,12 @@ below its KV cache, with a swap file behind it (as root; skipped with the reason
 SmolLM2-135M's f16 KV cache is 22.5 KiB a token: 73 MiB for the 3,328 cells of a run to depth
 3,072, against a limit of 64 MiB. llama.cpp zeroes the whole cache when it creates the context,
 so the cgroup is at its limit and cold pages are in swap from the start; decode at depth reads
-every layer's cache for every token, and past depth ~2,300–2,800 at this limit (measured:
-bench/RESULTS.md) that no longer fits, so each token reads megabytes back from swap. The probes
-of the shallow half (≤ 1,536) are below that and give the run's own depth trend. One thread:
-llama.cpp's threads spin-wait at barriers, and on a shared 2-core machine two of them turn other
-processes' load into 50× stalls that would swamp that trend.
+every layer's cache for every token, and past the depth where the cache in use reaches this
+limit (see bench/RESULTS.md, 'A real cliff in a memory cgroup') that no longer fits, so each
+token reads megabytes back from swap. The probes of the shallow half (≤ 1,536) are below that and
+give the run's own depth trend. One thread: llama.cpp's threads spin-wait at barriers, and on a
+shared 2-core machine two of them turn other processes' load into stalls that would swamp that
+trend (the same section).
 """
 
 from __future__ import annotations

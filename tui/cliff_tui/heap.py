@@ -17,8 +17,9 @@ def return_freed_memory() -> None:
 
 def freeze_start_up() -> None:
     """Collect once, then leave what survived start-up (modules, a screen's widgets) out of every
-    later collection, so that a full one walks only what came after it (~2 ms, not ~40). A cycle
-    frozen here that dies later is not freed until :func:`thaw`: a one-time cost, accepted."""
+    later collection, so that a full one walks only what came after it (see bench/RESULTS.md,
+    'Watch CPU against btop'). A cycle frozen here that dies later is not freed until
+    :func:`thaw`: a one-time cost, accepted."""
     gc.collect()
     gc.freeze()
 

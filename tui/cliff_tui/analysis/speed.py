@@ -1,8 +1,8 @@
 """Sign 3, honestly: decode slows with depth by itself, so judge it against the run's own trend.
 
 Attention reads every cached token, so time per token grows with depth even with no spill at
-all, and on a CPU it bends upward as the KV cache leaves each cache level (bench/RESULTS.md has
-measured curves). The decode at depth is judged against what the probes just before it predict
+all, and on a CPU it bends upward as the KV cache leaves each cache level (see bench/RESULTS.md,
+'Cliff honesty'). The decode at depth is judged against what the probes just before it predict
 (a local line through the deepest few), inside a noise band from how well each probe was
 predicted by the ones before it. Falling beyond that band is the cliff only with a memory sign.
 """

@@ -103,8 +103,9 @@ def largest_prefill_call(depth: int, probes: int, n_ubatch: int) -> int:
 def window_ring(n_swa: int, n_ubatch: int) -> int:
     """The cells a sliding-window cache cycles through (its window and one ubatch), 0 without one.
     A loaded state packs its window's cells together where a prefill leaves them spread around
-    this ring, and decode runs a few % faster on packed cells: a filled run prefills the ring's
-    worth of tokens for real before it measures, so its cache is laid out as a prefilled one."""
+    this ring, and decode runs faster on packed cells (see bench/RESULTS.md, 'Filled against
+    prefilled'): a filled run prefills the ring's worth of tokens for real before it measures,
+    so its cache is laid out as a prefilled one."""
     return n_swa + n_ubatch if n_swa > 0 else 0
 
 

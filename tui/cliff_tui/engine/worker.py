@@ -249,8 +249,8 @@ def calibrate_deep(
 ) -> PrefillProfile:
     """``profile`` with its depth terms measured at ``depth`` on a filled cache (it stands where
     the model cannot be filled or the worker fails). ``chunk``: the prefill call timed there, as
-    long as the one a point makes (a 64-token call ran 1.5× slower a token than 512 at 16k);
-    by default one ubatch."""
+    long as the one a point makes (a shorter call runs slower a token: see bench/RESULTS.md,
+    'Triangulation time against its estimate'); by default one ubatch."""
     chunk = chunk or settings.call_tokens
     found: list[Any] = []
     run_in_worker(_calibrate_deep_main, (settings, profile, depth, chunk), found.append, cancel, on_pid)

@@ -29,8 +29,8 @@ ONE_CELL = frozenset(BARS + GAP + MARK)  # every character a graph draws is one 
 def line_cells(line: Sequence[Segment]) -> int:
     """A line's width in cells. Rich measures a string through a cache of the last 4,096 it
     measured, and a reading's or a graph's text is new every time it moves: it would fill that
-    cache and hold about a megabyte, and miss it every frame. ASCII and a graph's characters are
-    counted as they are."""
+    cache and keep its strings alive (see bench/RESULTS.md, 'Watch CPU against btop'), and miss
+    it every frame. ASCII and a graph's characters are counted as they are."""
     return sum(
         len(text) if text.isascii() or ONE_CELL.issuperset(text) else cell_len(text)
         for text, _, control in line
