@@ -554,7 +554,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from cliff_tui.jobs.attach import AttachJob, attach_once
+    from cliff_tui.jobs.attach import AttachJob
+    from cliff_tui.jobs.attach_once import attach_once
 
     _check_once(args)
     _check_input(args)
