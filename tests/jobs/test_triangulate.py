@@ -20,7 +20,7 @@ from cliff_tui.jobs.triangulate import TriangulateJob
 from cliff_tui.jobs.triangulation_plan import estimate_seconds
 from cliff_tui.recording.export import replay_all
 from cliff_tui.recording.reader import open_recording
-from cliff_tui.report import triangulation_output
+from cliff_tui.report.triangulation import triangulation_output
 from cliff_tui.units import fmt_duration
 
 

@@ -467,7 +467,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from cliff_tui.headless import Headless, watch_line
 
     if args.once:
-        from cliff_tui.report import sample_record
+        from cliff_tui.report.samples import sample_record
 
         sample = sampler.sample()
         # flushed first: where the reading cannot be written, that is the one line said
@@ -484,7 +484,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from cliff_tui.report import RUN_COLUMNS, dumps, markdown_table, run_record, run_rows
+    from cliff_tui.report.runs import RUN_COLUMNS, run_record, run_rows
+    from cliff_tui.report.tables import dumps, markdown_table
 
     job = _job_for(args)
     _check_input(args, job)
@@ -505,7 +506,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_triangulate(args: argparse.Namespace) -> int:
-    from cliff_tui.report import triangulation_output
+    from cliff_tui.report.triangulation import triangulation_output
 
     job = _job_for(args)
     _check_input(args, job)
@@ -594,9 +595,9 @@ def _measured_capacity(path: str):
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from cliff_tui.advise import Tier, advise, cliff_tier, measured_from_file
-    from cliff_tui.analysis.fit import fit_record, format_fit_markdown
     from cliff_tui.engine.default_model import default_model_path
     from cliff_tui.engine.gguf_meta import read_model_info
+    from cliff_tui.report.fit import fit_record, format_fit_markdown
 
     model = read_model_info(os.path.abspath(args.model or str(default_model_path())))
     if args.capacity is not None:

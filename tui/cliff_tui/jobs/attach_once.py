@@ -15,7 +15,7 @@ from cliff_tui.jobs.attach import DISCOVERY_TIMEOUT_S, AttachJob, Endpoint, Live
 from cliff_tui.probes.endpoints.discovery import discover
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead
 from cliff_tui.probes.endpoints.ollama import OLLAMA
-from cliff_tui.report import sample_record
+from cliff_tui.report.samples import sample_record
 
 RECORD_KEYS = {LLAMA_SERVER: "llama_server", OLLAMA: "ollama"}
 NOTHING_GENERATED = "no tokens generated since llama-server started: send a chat request, then attach again"
