@@ -31,6 +31,9 @@ REQUIRED = {
     "cliff_tui.report",
     "cliff_tui.headless",
     "cliff_tui.cli",
+    "cliff_tui.cli.parser",
+    "cliff_tui.cli.checks",
+    "cliff_tui.cli.commands",
     "cliff_tui.units",
     "cliff_tui.session",
     "cliff_tui.errors",
@@ -128,8 +131,8 @@ def test_the_engine_does_load_llama_cpp():
 
 _WATCH_START = r"""
 import asyncio, json, sys
-from cliff_tui import cli
-cli.build_parser().parse_args(["watch"])
+from cliff_tui.cli.parser import build_parser
+build_parser().parse_args(["watch"])
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.session import Session
 from cliff_tui.ui.app import CliffApp

@@ -104,7 +104,7 @@ def test_job_feeds_the_pipeline_tok_s_and_quits_at_once(server):
 
 
 def _measured_smollm2():
-    from cliff_tui.cli import _measured_capacity
+    from cliff_tui.cli.commands import _measured_capacity
 
     return _measured_capacity(str(ROOT / "tests" / "data" / "smollm2_triangulation.jsonl"))
 
