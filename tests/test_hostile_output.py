@@ -22,7 +22,8 @@ from cliff_tui.headless import Headless, watch_line
 from cliff_tui.recording.export import export
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.recording.writer import Recorder
-from cliff_tui.report import RUN_COLUMNS, csv_cell, dumps, markdown_table, run_record, run_rows
+from cliff_tui.report.runs import RUN_COLUMNS, run_record, run_rows
+from cliff_tui.report.tables import csv_cell, dumps, markdown_table
 from cliff_tui.session import Session
 from cliff_tui.text import inert
 from hostile import EVIL, HOSTILE, hostile_text

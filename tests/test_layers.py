@@ -29,12 +29,23 @@ REQUIRED = {
     "cliff_tui.history",
     "cliff_tui.pipeline",
     "cliff_tui.report",
+    "cliff_tui.report.samples",
+    "cliff_tui.report.runs",
+    "cliff_tui.report.triangulation",
+    "cliff_tui.report.fit",
+    "cliff_tui.report.tables",
     "cliff_tui.headless",
     "cliff_tui.cli",
+    "cliff_tui.cli.parser",
+    "cliff_tui.cli.checks",
+    "cliff_tui.cli.commands",
     "cliff_tui.units",
     "cliff_tui.session",
     "cliff_tui.errors",
+    "cliff_tui.thread_priority",
     "cliff_tui.jobs.attach",
+    "cliff_tui.jobs.attach_once",
+    "cliff_tui.jobs.triangulation_plan",
     "cliff_tui.jobs.run",
     "cliff_tui.recording.export",
     "cliff_tui.analysis.signs",
@@ -128,8 +139,8 @@ def test_the_engine_does_load_llama_cpp():
 
 _WATCH_START = r"""
 import asyncio, json, sys
-from cliff_tui import cli
-cli.build_parser().parse_args(["watch"])
+from cliff_tui.cli.parser import build_parser
+build_parser().parse_args(["watch"])
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.session import Session
 from cliff_tui.ui.app import CliffApp

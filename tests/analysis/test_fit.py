@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from cliff_tui.analysis.fit import (
-    MeasuredLine,
-    fit_record,
-    fit_table,
-    format_fit_markdown,
-)
+from cliff_tui.analysis.fit import MeasuredLine, fit_table
 from cliff_tui.analysis.theory import KvSettings, kv_breakdown
 from cliff_tui.engine.gguf_meta import read_model_info
 from llama_alloc import TinyLlama
@@ -155,9 +148,6 @@ def test_theory_rows_stand_on_the_measured_base_and_growth_beyond_the_kv(smol):
     assert f16.need_bytes == round(150 * MiB + (f16_theory + 4000) * 4096)
     q8_kv = kv_breakdown(smol, KvSettings(n_ctx=4096, type_k="q8_0", type_v="q8_0", flash_attn="on")).total_bytes
     assert q8.need_bytes == base + table.output_bytes + q8_kv + 4000 * 4096
-    text = format_fit_markdown(table)
-    assert "measured (triangulation: its intercept less its fixed KV" in text and "compute buffer: not" not in text
-    assert "the rows with flash attention off grow faster" in text
 
 
 def test_a_sliding_window_line_gives_its_base_without_the_window_cache(gemma_path):
@@ -203,17 +193,6 @@ def test_explicit_slots_appear_in_the_command(smol):
     assert "-np 2 -kvu" in option(fit_table(smol, 2**30, n_seq=2, kv_unified=True), "f16").command
 
 
-def test_markdown_and_record_carry_the_same_table(smol):
-    table = fit_table(smol, 200 * MiB, reserve_bytes=16 * MiB)
-    text = format_fit_markdown(table)
-    assert "| q4_0 ★ | on | no | theory |" in text
-    assert "Suggested: `llama-server -m" in text and "compute buffer: not included" in text
-    record = json.loads(json.dumps(fit_record(table)))
-    assert record["best_command"] == table.best.command
-    assert [o["type_k"] for o in record["options"]] == [o.type_k for o in table.options]
-    assert record["usable_bytes"] == 184 * MiB
-
-
 def test_the_advisor_needs_neither_llama_cpp_nor_textual():
     import subprocess
     import sys
@@ -230,4 +209,3 @@ def test_a_reserve_above_the_capacity_leaves_nothing_usable_not_a_negative_size(
     table = fit_table(smol, 2**30, reserve_bytes=3 * 2**30, target_ctx=4096)
     assert table.usable_bytes == 0
     assert not any(o.fits for o in table.options)
-    assert "1.00 GiB less 3.00 GiB reserve = 0 B usable" in format_fit_markdown(table)

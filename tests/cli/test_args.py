@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cliff_tui.cli import build_parser, normalise_argv
+from cliff_tui.cli.parser import build_parser, normalise_argv
 from cliff_tui.engine.settings import usable_cpus
 
 CPUS = usable_cpus()

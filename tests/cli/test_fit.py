@@ -146,7 +146,7 @@ def test_fit_from_a_file_that_is_no_triangulation_is_one_line(tmp_path, content,
 def test_a_triangulation_ends_with_the_fit_table_in_md_and_json():
     from cliff_tui.recording.export import replay_all
     from cliff_tui.recording.reader import open_recording
-    from cliff_tui.report import triangulation_output
+    from cliff_tui.report.triangulation import triangulation_output
 
     pipeline = replay_all(open_recording(str(DATA / "smollm2_triangulation.jsonl")))
     md = triangulation_output(pipeline, "md")

@@ -22,8 +22,9 @@ from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.worker import PrefillProfile
 from cliff_tui.errors import Cancelled
 from cliff_tui.events import DecodeWindow, Notice, RunSettings
-from cliff_tui.jobs.triangulate import DEFAULT_DEPTHS, TriangulateJob
-from cliff_tui.report import run_record, run_rows
+from cliff_tui.jobs.triangulate import TriangulateJob
+from cliff_tui.jobs.triangulation_plan import DEFAULT_DEPTHS
+from cliff_tui.report.runs import run_record, run_rows
 from tiny_model import write_tiny
 
 

@@ -229,39 +229,6 @@ def _write(path, data: bytes):
     return path
 
 
-RENICE_CHECK = """
-import os, sys, threading
-from cliff_tui.engine import priority
-
-def parked(release):
-    ids, ready = [], threading.Event()
-    def park():
-        ids.append(threading.get_native_id()); ready.set(); release.wait(10)
-    threading.Thread(target=park, daemon=True).start()
-    ready.wait(5)
-    return ids[0]
-
-release = threading.Event()
-nice = lambda tid: os.getpriority(os.PRIO_PROCESS, tid)
-mine = nice(threading.get_native_id())  # what this process started with (pytest's own may be lowered)
-watcher = parked(release)
-assert priority.lower_other_threads(mine + 5) >= 1
-assert nice(watcher) == mine + 5, nice(watcher)
-assert nice(threading.get_native_id()) == mine
-started_by_engine = parked(release)
-assert nice(started_by_engine) == mine, "threads the engine starts keep its priority"
-sys.platform = "darwin"
-assert priority.lower_other_threads() == 0 and not priority.lower_thread_priority(started_by_engine)
-release.set()
-"""
-
-
-def test_the_engine_thread_lowers_the_watchers_and_keeps_its_own_priority():
-    # A fresh process: an in-process app test has lowered this one's threads already.
-    proc = subprocess.run([sys.executable, "-c", RENICE_CHECK], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-
-
 def test_a_prompt_file_shorter_than_the_depth_is_repeated_and_says_so(tiny_model, tmp_path):
     document = tmp_path / "GPL-3"
     document.write_text("the quick brown fox jumps over the lazy dog " * 4)

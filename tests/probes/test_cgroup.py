@@ -334,7 +334,7 @@ def test_real_cpu_quota_of_a_child():
 
 def test_the_sampler_searches_for_the_quota_seldom_and_reads_its_periods_each_time():
     from cgroup_fixtures import quota_cgroup
-    from cliff_tui.probes.sampler import CGROUP_SEARCH_EVERY_S, CgroupLimits
+    from cliff_tui.probes.cgroup import CGROUP_SEARCH_EVERY_S, CgroupLimits
 
     now = [0.0]
     limits = CgroupLimits(clock=lambda: now[0])
@@ -356,7 +356,7 @@ def test_the_sampler_searches_for_the_quota_seldom_and_reads_its_periods_each_ti
 
 def test_the_sampler_finds_a_memory_limit_at_its_next_search_and_reads_its_use_in_between():
     from cgroup_fixtures import limited_cgroup
-    from cliff_tui.probes.sampler import CGROUP_SEARCH_EVERY_S, CgroupLimits
+    from cliff_tui.probes.cgroup import CGROUP_SEARCH_EVERY_S, CgroupLimits
 
     now = [0.0]
     limits = CgroupLimits(clock=lambda: now[0])

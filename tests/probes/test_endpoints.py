@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from cliff_tui.errors import BadInput
 from cliff_tui.events import SlotReading
-from cliff_tui.jobs.attach import AttachJob, LiveDecodeMeter, endpoint_record
+from cliff_tui.jobs.attach import AttachJob, LiveDecodeMeter
+from cliff_tui.jobs.attach_once import endpoint_record
 from cliff_tui.probes.endpoints import http as ep
 from cliff_tui.probes.endpoints.discovery import discover
 from cliff_tui.probes.endpoints.http import BadUrl, describe_network_error, normalise_url

@@ -40,7 +40,7 @@ from cliff_tui.probes.shared_vram import (
     per_process,
 )
 from cliff_tui.probes.system import ProcessProbe, read_memory
-from cliff_tui.report import sample_record
+from cliff_tui.report.samples import sample_record
 
 try:
     from fakes.nvml import FakeGpu, FakeNvml, FakeProcess, GiB, MiB

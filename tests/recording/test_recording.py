@@ -489,7 +489,8 @@ def test_export_table_is_refused_where_the_output_is_not_one_table(output, words
 def test_exported_runs_carry_the_cliff_verdict_as_run_writes_it(tmp_path):
     from cliff_tui.recording.export import export
     from cliff_tui.recording.writer import Recorder
-    from cliff_tui.report import dumps, run_record
+    from cliff_tui.report.runs import run_record
+    from cliff_tui.report.tables import dumps
 
     path = tmp_path / "cliff.jsonl"
     recorder = Recorder.create(path, command=["run"])

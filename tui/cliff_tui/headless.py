@@ -13,7 +13,7 @@ from typing import TextIO
 
 from cliff_tui.events import Alert, Notice, RunFailed, RunProgress, Sample
 from cliff_tui.jobs import Outcome
-from cliff_tui.report import sample_record
+from cliff_tui.report.samples import sample_record
 from cliff_tui.session import Session, stop_on_signals
 from cliff_tui.text import inert
 from cliff_tui.units import fmt_bytes, fmt_duration

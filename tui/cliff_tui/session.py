@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from cliff_tui.bus import EventBus
-from cliff_tui.engine.priority import lower_other_threads
 from cliff_tui.errors import Cancelled, CliffError
 from cliff_tui.events import Alert, Notice, RunFailed
 from cliff_tui.jobs import Job, Outcome
 from cliff_tui.pipeline import Pipeline
+from cliff_tui.thread_priority import lower_other_threads
 
 if TYPE_CHECKING:  # the probes (psutil, NVML) and the player load only where a session uses them
     from cliff_tui.probes.sampler import Sampler, SamplerThread, SamplesInLoop

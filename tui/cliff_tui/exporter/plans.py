@@ -19,7 +19,7 @@ from cliff_tui.events import UNKNOWN_MODEL
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import parse_recording
 from cliff_tui.recording.schema import FORMAT
-from cliff_tui.report import triangulation_record
+from cliff_tui.report.triangulation import triangulation_record
 from cliff_tui.text import file_name
 from cliff_tui.units import is_number
 

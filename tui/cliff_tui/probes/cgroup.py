@@ -15,17 +15,23 @@ subtree), and read from there:
 Docker ``--cpus`` and Kubernetes CPU limits give a process a quota of CPU time (v1
 cpu.cfs_quota_us / cpu.cfs_period_us, v2 cpu.max), not fewer CPUs: its affinity still names every
 core, and threads past the quota are throttled.
+
+:class:`CgroupLimits` reads both for the sampler: what applies is searched for seldom, and what
+was found is read again every few seconds.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from cliff_tui.events import CpuQuota
+from cliff_tui.events import CgroupReading, CpuQuota
 
 # v1 reports "no limit" as PAGE_COUNTER_MAX pages: 9223372036854771712 with 4 KiB pages.
 V1_UNLIMITED = 1 << 62
@@ -373,4 +379,68 @@ class _V2Reader(_Reader):
             swap_bytes=self.number("memory.swap.current", "swap_bytes"),
             anon_bytes=self.stat_field(stat, "anon", "anon_bytes"),
             file_bytes=self.stat_field(stat, "file", "file_bytes"),
+        )
+
+
+CGROUP_EVERY_S = 2.0  # a memory limit's use and a CPU quota's periods, where one was found, read again this often
+CGROUP_SEARCH_EVERY_S = 30.0  # whether a memory limit or a CPU quota applies, searched for this often
+
+
+class CgroupLimits:
+    """A process's (None: this one's) memory cgroup limit, where it is below RAM, and CPU quota.
+
+    What applies is searched for every ``search_every_s`` or when the followed process changes
+    (most hosts have neither, and both seldom change); where something applies it is read again
+    every ``every_s``. So a limit set later shows within ``search_every_s``, as does a quota
+    changed or removed (its periods are read meanwhile where it was found); a limit removed shows
+    at the next read."""
+
+    def __init__(
+        self,
+        every_s: float = CGROUP_EVERY_S,
+        search_every_s: float = CGROUP_SEARCH_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.every_s = every_s
+        self.search_every_s = search_every_s
+        self._clock = clock
+        self._read_at: tuple[int | None, float] | None = None
+        self._searched_at: tuple[int | None, float] | None = None
+        self._last: tuple[CgroupReading | None, CpuQuota | None] = (None, None)
+        self._quota: FoundCpuQuota | None = None
+        self._lock = threading.Lock()  # the sampler and a run's fresh baseline (the job's thread) both read
+
+    def read(
+        self, pid: int | None, ram_total: int, fresh: bool = False
+    ) -> tuple[CgroupReading | None, CpuQuota | None]:
+        """``fresh``: searched for and read now, whenever it was last."""
+        if not sys.platform.startswith("linux"):
+            return None, None
+        with self._lock:
+            return self._read(pid, ram_total, fresh)
+
+    def _read(self, pid: int | None, ram_total: int, fresh: bool) -> tuple[CgroupReading | None, CpuQuota | None]:
+        now = self._clock()
+        if not fresh and not self._due(self._read_at, pid, now, self.every_s):
+            return self._last
+        self._read_at = (pid, now)
+        searching = fresh or self._due(self._searched_at, pid, now, self.search_every_s)
+        if searching:
+            self._searched_at = (pid, now)
+            self._quota = find_cpu_quota(pid)
+        limit = self._memory_limit(pid, ram_total) if searching or self._last[0] is not None else None
+        self._last = (limit, self._quota.read() if self._quota is not None else None)
+        return self._last
+
+    @staticmethod
+    def _due(last: tuple[int | None, float] | None, pid: int | None, now: float, every_s: float) -> bool:
+        return last is None or last[0] != pid or now - last[1] >= every_s
+
+    @staticmethod
+    def _memory_limit(pid: int | None, ram_total: int) -> CgroupReading | None:
+        memory = read_cgroup_memory(pid)
+        if memory.limit_bytes is None or memory.limit_bytes >= ram_total or memory.path is None:
+            return None
+        return CgroupReading(
+            memory.limited_by or memory.path, memory.limit_bytes, memory.usage_bytes, memory.swap_bytes
         )

@@ -12,18 +12,10 @@ from cliff_tui.events import Alert, Sample
 from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import Recording, open_recording
 from cliff_tui.recording.redact import recording_lines, redact_recording
-from cliff_tui.report import (
-    RUN_COLUMNS,
-    csv_table,
-    dumps,
-    failure_record,
-    markdown_table,
-    run_record,
-    run_rows,
-    sample_record,
-    triangulation_markdown,
-    triangulation_output,
-)
+from cliff_tui.report.runs import RUN_COLUMNS, failure_record, run_record, run_rows
+from cliff_tui.report.samples import sample_record
+from cliff_tui.report.tables import csv_table, dumps, markdown_table
+from cliff_tui.report.triangulation import triangulation_markdown, triangulation_output
 from cliff_tui.text import inert
 from cliff_tui.units import fmt_bytes, fmt_duration
 

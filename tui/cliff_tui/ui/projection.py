@@ -13,7 +13,8 @@ from rich.text import Text
 from cliff_tui.analysis.triangulation import MemoryPoint, Triangulation
 from cliff_tui.events import RunFailed, RunResult
 from cliff_tui.pipeline import Pipeline
-from cliff_tui.report import RUN_COLUMNS, fmt_slope, kv_ratios, run_rows
+from cliff_tui.report.runs import RUN_COLUMNS, run_rows
+from cliff_tui.report.triangulation import fmt_slope, kv_ratios
 from cliff_tui.units import GiB, KiB, MiB, fmt_bytes, fmt_bytes_in, fmt_tokens
 
 _COLORS = [("cyan", "red"), ("green", "magenta"), ("blue", "yellow")]

@@ -1,0 +1,298 @@
+"""What each subcommand does (``cmd_*``, found by name in :data:`COMMANDS`), and the plumbing that
+builds its job, sampler and session from the parsed flags. Each command imports what it needs inside
+its function: no command loads what only another one needs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from cliff_tui.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNREACHABLE
+from cliff_tui.cli.checks import check_input, check_once, check_served, export_format, kv_types, need_terminal
+from cliff_tui.errors import BadInput
+from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
+from cliff_tui.text import inert
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from cliff_tui.probes.sampler import Sampler
+
+    check_once(args)
+    check_input(args)
+    sampler = Sampler(pid=args.pid)
+    if not args.once and not args.headless:
+        return _tui(args, _session(args, sampler=sampler))
+    from cliff_tui.headless import Headless, watch_line
+
+    if args.once:
+        from cliff_tui.report.samples import sample_record
+
+        sample = sampler.sample()
+        # flushed first: where the reading cannot be written, that is the one line said
+        print(json.dumps(sample_record(sample), indent=2) if args.json else watch_line(sample), flush=True)
+        if sample.no_vram and not args.json:
+            print(f"cliff-tui: {sample.no_vram}", file=sys.stderr)
+        return 0
+    session = _session(args, sampler=sampler, queued=False)
+    headless = Headless(session)
+    headless.watch(sys.stdout, args.json)
+    if headless.output_error is not None:
+        raise headless.output_error  # main() says it in one line
+    return _exit_code(session)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from cliff_tui.report.runs import RUN_COLUMNS, run_record, run_rows
+    from cliff_tui.report.tables import dumps, markdown_table
+
+    job = _job_for(args)
+    check_input(args, job)
+    session = _session(args, job, queued=not args.headless)
+    if not args.headless:
+        return _tui(args, session)
+    if _run_headless(session) == "cancelled" or not session.pipeline.results:
+        return EXIT_INTERRUPTED
+    result = session.pipeline.results[-1]
+    if args.output == "md":
+        print(markdown_table(run_rows([result]), RUN_COLUMNS))
+        if result.cliff is not None:
+            print(f"\ncliff: {result.cliff.level} — {result.cliff.text}")
+        print(f"speed: {result.verdict.level} — {result.verdict.text}")
+    else:
+        print(dumps([run_record(result)], args.output))
+    return _exit_code(session)
+
+
+def cmd_triangulate(args: argparse.Namespace) -> int:
+    from cliff_tui.report.triangulation import triangulation_output
+
+    job = _job_for(args)
+    check_input(args, job)
+    session = _session(args, job, queued=not args.headless)
+    if not args.headless:
+        return _tui(args, session)
+    if _run_headless(session) == "cancelled":
+        return EXIT_INTERRUPTED
+    print(triangulation_output(session.pipeline, args.output))
+    return _exit_code(session)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from cliff_tui.recording.reader import open_recording
+    from cliff_tui.session import Session
+    from cliff_tui.ui.app import CliffApp
+
+    session = Session(recording=open_recording(args.file, lazy=True), speed=args.speed)
+    need_terminal("replay")
+    app = CliffApp("replay", session)
+    app.run()
+    return app.return_code or 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from cliff_tui.recording.export import export
+
+    output = export_format(args)
+    table = args.table or "samples"
+    text = export(args.file, output, table, redact=args.redact)
+    if text:
+        print(text)
+    else:  # a CSV table with no rows and no fixed columns
+        print(
+            f"cliff-tui: {inert(args.file)} holds no {'finished runs' if table == 'runs' else table}: "
+            "nothing to export",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from cliff_tui.jobs.attach import AttachJob
+    from cliff_tui.jobs.attach_once import attach_once
+
+    check_once(args)
+    check_input(args)
+    measured = _measured_capacity(args.from_file) if args.from_file else None
+    job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout, measured)
+    sampler = _sampler_for(job, pid=args.pid)
+    if args.once:
+        record, ok = attach_once(job, sampler)
+        print(json.dumps(record, indent=2))
+        return 0 if ok else EXIT_UNREACHABLE
+    return _tui(args, _session(args, job, sampler=sampler))
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from cliff_tui.advise import Tier, advise, cliff_tier, measured_from_file
+    from cliff_tui.engine.default_model import default_model_path
+    from cliff_tui.engine.gguf_meta import read_model_info
+    from cliff_tui.report.fit import fit_record, format_fit_markdown
+
+    model = read_model_info(os.path.abspath(args.model or str(default_model_path())))
+    if args.capacity is not None:
+        tier = Tier("the given capacity", args.capacity, gpu=False)
+    elif args.vram is not None:
+        tier = Tier("a GPU's VRAM (what if: --vram)", args.vram, gpu=True)
+    else:
+        from cliff_tui.probes.sampler import Sampler
+
+        tier = cliff_tier(Sampler().sample())
+    measured = measured_from_file(args.from_file) if args.from_file else []
+    table = advise(model, tier, target=args.ctx_size, reserve=args.reserve, n_seq=args.parallel, measured=measured)
+    print(json.dumps(fit_record(table), indent=2) if args.json else format_fit_markdown(table))
+    return 0
+
+
+def cmd_exporter(args: argparse.Namespace) -> int:
+    from cliff_tui.exporter.plans import read_plans
+    from cliff_tui.exporter.server import Exporter
+    from cliff_tui.jobs.attach import AttachJob
+    from cliff_tui.listen import parse_bind
+    from cliff_tui.probes.sampler import Sampler
+    from cliff_tui.session import Session
+
+    bind = parse_bind(args.bind, EXPORTER_PORT)
+    check_input(args)
+    plans = read_plans(args.from_file) if args.from_file else []
+    job = None
+    if args.llama_server or args.ollama:
+        job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout)
+    session = Session(sampler=Sampler(pid=args.pid), job=job, interval=args.interval, queued=False)
+    return Exporter(session, plans).run(bind)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from cliff_tui.listen import parse_bind
+    from cliff_tui.serve import serve
+
+    command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    served = check_served(command or ["watch"])
+    check_input(served, _job_for(served))
+    return serve(parse_bind(args.bind, SERVE_PORT), command or ["watch"], args.public_url)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "watch": cmd_watch,
+    "run": cmd_run,
+    "triangulate": cmd_triangulate,
+    "replay": cmd_replay,
+    "export": cmd_export,
+    "attach": cmd_attach,
+    "fit": cmd_fit,
+    "exporter": cmd_exporter,
+    "serve": cmd_serve,
+}
+
+
+# --- plumbing ---------------------------------------------------------------------------------
+
+
+def _job_for(args: argparse.Namespace):
+    """The job of ``run`` or ``triangulate``; None for the other commands."""
+    if args.command == "run":
+        from cliff_tui.jobs.run import RunJob
+
+        return RunJob(_run_settings(args, depth=args.depth), fill=args.fill)
+    if args.command == "triangulate":
+        from cliff_tui.jobs.triangulate import TriangulateJob
+
+        return TriangulateJob(
+            _run_settings(args, depth=0),
+            depths=args.depths,
+            target=args.target,
+            reserve=args.reserve,
+            kv_types=kv_types(args),
+            budget_s=args.budget,
+            chain=not args.no_chain,
+            fill=args.fill,
+        )
+    return None
+
+
+def _run_settings(args: argparse.Namespace, depth: int):
+    from cliff_tui.engine.default_model import default_model_path
+    from cliff_tui.events import RunSettings
+
+    model = args.model or str(default_model_path())
+    return RunSettings(
+        model_path=os.path.abspath(model),
+        depth=depth,
+        n_gen=args.n_gen,
+        n_ctx=args.ctx_size,
+        n_gpu_layers=args.n_gpu_layers,
+        cache_type_k=args.cache_type_k,
+        cache_type_v=args.cache_type_v,
+        flash_attn=args.flash_attn,
+        threads=args.threads,
+        batch_size=args.batch_size,
+        ubatch_size=args.ubatch_size,
+        prompt_file=args.prompt_file,
+        swa_full=args.swa_full,
+    )
+
+
+def _measured_capacity(path: str):
+    """The first plan in a triangulation's file that names a largest context."""
+    from cliff_tui.events import MeasuredCapacity
+    from cliff_tui.exporter.plans import read_plans
+
+    for plan in read_plans(path):
+        if plan.max_context_tokens:
+            tier = f"GPU{plan.gpu} dedicated VRAM" if plan.tier == "vram" else "RAM"
+            return MeasuredCapacity(0.0, plan.model, plan.kv_type, tier, plan.max_context_tokens)
+    raise BadInput(
+        f"{os.path.basename(path)} measured no largest context (a triangulation needs two points "
+        "and a known capacity): run `cliff-tui triangulate` on the served model again"
+    )
+
+
+def _sampler_for(job, pid: int | None = None):
+    """The dashboard follows ``--pid``, else this process when the job runs the model here."""
+    from cliff_tui.probes.sampler import Sampler
+
+    if pid is None and job is not None and job.follows_own_process:
+        pid = os.getpid()
+    return Sampler(pid=pid)
+
+
+def _session(args: argparse.Namespace, job=None, *, sampler=None, queued: bool = True):
+    """The session a command runs: its job, the sampler that follows it, and ``--record FILE``."""
+    from cliff_tui.session import Session
+
+    if not getattr(args, "headless", False):
+        need_terminal(args.command)  # before --record creates its file
+    recorder = None
+    if getattr(args, "record", None):
+        from cliff_tui.recording.writer import Recorder
+
+        recorder = Recorder.create(
+            args.record, command=sys.argv[1:], force=args.force, record_text=args.record_text, redact=args.redact
+        )
+    return Session(
+        sampler=sampler or _sampler_for(job), job=job, interval=args.interval, recorder=recorder, queued=queued
+    )
+
+
+def _exit_code(session) -> int:
+    """0, or 2 where ``--record`` could not be written to the end (it said so when it stopped)."""
+    return EXIT_BAD_INPUT if session.recording_failure else 0
+
+
+def _run_headless(session) -> str:
+    from cliff_tui.headless import Headless
+
+    return Headless(session).run_job()
+
+
+def _tui(args: argparse.Namespace, session) -> int:
+    session.start_sampling(in_loop=True)  # the first sample is waiting when the screen's code has loaded
+    from cliff_tui.ui.app import CliffApp
+
+    app = CliffApp(
+        args.command, session, record_text=getattr(args, "record_text", False), redact=getattr(args, "redact", False)
+    )
+    app.run()
+    return app.return_code or 0

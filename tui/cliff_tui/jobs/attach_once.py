@@ -1,0 +1,229 @@
+"""``cliff-tui attach --once``: one sample and one reading per endpoint (two, ``interval`` apart, for
+llama-server's tok/s), as a JSON record with each rate's basis or the reason there is none.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cliff_tui.analysis.server_rates import SessionRateMeter
+from cliff_tui.codec import to_plain
+from cliff_tui.events import SessionReading, SlotReading
+from cliff_tui.jobs.attach import DISCOVERY_TIMEOUT_S, AttachJob, Endpoint, LiveDecodeMeter, LiveRate
+from cliff_tui.probes.endpoints.discovery import discover
+from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead
+from cliff_tui.probes.endpoints.ollama import OLLAMA
+from cliff_tui.report.samples import sample_record
+
+RECORD_KEYS = {LLAMA_SERVER: "llama_server", OLLAMA: "ollama"}
+NOTHING_GENERATED = "no tokens generated since llama-server started: send a chat request, then attach again"
+
+Probe = tuple[SessionReading, SlotsRead]
+
+
+def attach_once(
+    job: AttachJob, sampler: Any, *, sleep: Callable[[float], None] = time.sleep
+) -> tuple[dict[str, Any], bool]:
+    """One sample and one reading per endpoint (two for llama-server, ``interval`` apart, for tok/s).
+
+    ``ok`` is False when no endpoint answered as it should (the CLI exits 3); following a PID with
+    nothing else asked for is fine on its own.
+    """
+    first, note = _first_probes(job)
+    sample = sampler.sample()
+    second = _second_probes(job, first, sleep)
+    record = sample_record(sample)
+    if note:
+        record["discovery"] = note
+    for source, (reading, slots) in first.items():
+        later = second.get(source)
+        live = _live_rate(slots, later[1]) if later else None
+        record[RECORD_KEYS[source]] = endpoint_record(reading, later[0] if later else None, live)
+    latest = {source: (second.get(source) or probe)[0] for source, probe in first.items()}
+    ok, reason = _verdict(job, latest, sample)
+    record["ok"] = ok
+    if reason:
+        record["reason"] = reason
+    return record, ok
+
+
+def _first_probes(job: AttachJob) -> tuple[dict[str, Probe], str | None]:
+    if not job.discover_defaults:
+        return {e.source: e.probe(job.timeout) for e in job.endpoints}, None
+    found = discover(timeout=min(job.timeout, DISCOVERY_TIMEOUT_S))
+    probes = {source: (reading, SlotsRead()) for source, reading in found.readings.items()}
+    if found.readings[LLAMA_SERVER].status == "ok":  # again, with /slots' progress for a live rate
+        probes[LLAMA_SERVER] = Endpoint(LLAMA_SERVER, found.found[LLAMA_SERVER]).probe(job.timeout)
+    return probes, found.message
+
+
+def _second_probes(job: AttachJob, first: dict[str, Probe], sleep: Callable[[float], None]) -> dict[str, Probe]:
+    again = [r for r, _ in first.values() if r.source == LLAMA_SERVER and r.status == "ok"]
+    if not again:
+        return {}
+    sleep(job.interval)
+    return {r.source: Endpoint(r.source, r.url).probe(job.timeout) for r in again}
+
+
+def _live_rate(before: SlotsRead, after: SlotsRead) -> LiveRate | None:
+    meter = LiveDecodeMeter()
+    meter.update(before)
+    rates = meter.update(after)
+    if not rates:
+        return None
+    total = sum(r.n_tokens for r in rates)  # every decoding slot: the server's throughput
+    return LiveRate(rates[0].slot, total, max(r.seconds for r in rates), max(r.depth or 0 for r in rates))
+
+
+def _verdict(job: AttachJob, latest: dict[str, SessionReading], sample: Any) -> tuple[bool, str | None]:
+    if any(r.status == "ok" for r in latest.values()):
+        return True, None
+    process = sample.process
+    following = process is not None and process.rss_bytes is not None
+    if job.discover_defaults and following:
+        return True, None
+    problems = "; ".join(f"{r.source} {r.url}: {r.status} — {r.message}" for r in latest.values())
+    return False, f"no server could be read ({problems})" if problems else "no server to read"
+
+
+def endpoint_record(
+    reading: SessionReading, later: SessionReading | None = None, live: LiveRate | None = None
+) -> dict[str, Any]:
+    """A reading as ``--once --json`` reports it, with decode/prompt tok/s or the reason there are none."""
+    latest = later or reading
+    record: dict[str, Any] = {
+        "source": latest.source,
+        "url": latest.url,
+        "status": latest.status,
+        "message": latest.message,
+        "reason": None if latest.status == "ok" else latest.message or latest.status,
+    }
+    record.update(_rates(reading, later, live))
+    if latest.source == LLAMA_SERVER:
+        record.update(_llama_fields(latest))
+    else:
+        record["models"] = [_model_record(m) for m in latest.models]
+    record["reasons"] = dict(latest.reasons)
+    return record
+
+
+def _rates(reading: SessionReading, later: SessionReading | None, live: LiveRate | None) -> dict[str, Any]:
+    meter = SessionRateMeter()
+    rates = meter.update(reading)
+    if later is not None:
+        rates = meter.update(later)
+    latest = later or reading
+    decode = _rate_or_average(
+        rates.decode_tok_s,
+        rates.decode_reason,
+        latest,
+        latest.tokens_predicted_total,
+        latest.tokens_predicted_seconds_total,
+        live,
+    )
+    prompt = _rate_or_average(
+        rates.prompt_tok_s, rates.prompt_reason, latest, latest.prompt_tokens_total, latest.prompt_seconds_total
+    )
+    gap = later.t - reading.t if later is not None else None
+    return {
+        "decode_tok_s": decode[0],
+        "decode_basis": decode[1],
+        "decode_reason": decode[2],
+        "prompt_tok_s": prompt[0],
+        "prompt_basis": prompt[1],
+        "prompt_reason": prompt[2],
+        "readings_gap_s": round(gap, 3) if gap is not None else None,
+    }
+
+
+def _rate_or_average(
+    rate: float | None,
+    reason: str | None,
+    latest: SessionReading,
+    tokens: float | None,
+    seconds: float | None,
+    live: LiveRate | None = None,
+) -> tuple[float | None, str | None, str | None]:
+    """(tok/s, basis, reason): the server's counters between the two readings, else the running
+    request's progress in /slots, else the server's lifetime average."""
+    if latest.status != "ok" or latest.source != LLAMA_SERVER:
+        return None, None, reason
+    if rate is not None:
+        return rate, "server counters between the two readings (a request finished in between)", None
+    if live is not None:
+        return live.tok_s, f"live: /slots n_decoded, {live.n_tokens} tokens in {live.seconds:.2f} s", None
+    if tokens is None or seconds is None:
+        return None, None, "llama-server's /metrics has no such counter (an older or newer server?)"
+    if tokens > 0 and seconds > 0:
+        return tokens / seconds, "average since llama-server started (no tokens counted between the readings)", None
+    return None, None, NOTHING_GENERATED
+
+
+def _llama_fields(r: SessionReading) -> dict[str, Any]:
+    return {
+        "requests_processing": r.requests_processing,
+        "tokens_predicted_total": r.tokens_predicted_total,
+        "tokens_predicted_seconds_total": r.tokens_predicted_seconds_total,
+        "prompt_tokens_total": r.prompt_tokens_total,
+        "prompt_seconds_total": r.prompt_seconds_total,
+        "slots": [_slot_record(s) for s in r.slots],
+        "context_in_effect": context_in_effect(r.slots),
+    }
+
+
+def context_in_effect(slots: Sequence[SlotReading]) -> dict[str, Any] | None:
+    """The context a request really gets: each slot's own n_ctx. With a unified cache (llama-server's
+    default without -np) every slot reports the whole pool; split (-np without --kv-unified), each
+    reports its share, n_ctx / slots padded to 256. The server does not say which: the slots prove
+    a split when together they hold more tokens than one slot's n_ctx."""
+    sizes = [s.n_ctx for s in slots if s.n_ctx]
+    if not sizes:
+        return None
+    per_slot, n = min(sizes), len(slots)
+    held = sum(s.tokens_used or 0 for s in slots)
+    split = n > 1 and held > per_slot
+    if n == 1:
+        unified, total = None, per_slot
+        text = f"1 slot, up to {per_slot:,} tokens"
+    elif split:
+        unified, total = False, per_slot * n
+        text = (
+            f"n_ctx {per_slot:,} per slot, {n} slots share {total:,} (split: the slots hold {held:,} "
+            f"tokens together, more than one slot's n_ctx)"
+        )
+    else:
+        unified, total = None, None
+        text = (
+            f"{n} slots, each up to {per_slot:,} tokens: one pool of {per_slot:,} if the cache is unified "
+            f"(llama-server's default without -np), {n} × {per_slot:,} = {per_slot * n:,} split if -np "
+            "without --kv-unified (the server does not say which)"
+        )
+    return {
+        "n_ctx_per_slot": per_slot,
+        "slots": n,
+        "n_ctx_total": total,
+        "unified": unified,
+        "tokens_held": held,
+        "text": text,
+    }
+
+
+def _slot_record(slot: Any) -> dict[str, Any]:
+    record = to_plain(slot)
+    used, n_ctx = slot.tokens_used, slot.n_ctx
+    record["context_used_pct"] = round(100.0 * used / n_ctx, 2) if used is not None and n_ctx else None
+    return record
+
+
+def _model_record(model: Any) -> dict[str, Any]:
+    record = to_plain(model)
+    size, vram = model.size_bytes, model.size_vram_bytes
+    in_ram = size - vram if size is not None and vram is not None else None
+    record["in_ram_bytes"] = in_ram
+    record["in_ram_pct"] = round(100.0 * in_ram / size, 1) if in_ram is not None and size else None
+    record["context_in_effect"] = model.context_length
+    if record["in_ram_pct"]:
+        record["text"] = f"{record['in_ram_pct']:.0f} % of the model in system RAM"
+    return record
