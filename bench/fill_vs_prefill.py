@@ -188,7 +188,7 @@ def load_model(model: str | Path, depth: int, n_gen: int, threads: int | None = 
     from cliff_tui.engine.runner import context_size
     from cliff_tui.engine.settings import resolve_settings
     from cliff_tui.engine.tokens import prompt_tokens
-    from cliff_tui.events import RunSettings
+    from cliff_tui.records import RunSettings
 
     settings, _ = resolve_settings(RunSettings(str(model), depth, n_gen, threads=threads))
     loaded = LoadedModel(settings.model_path, settings.n_gpu_layers)

@@ -13,7 +13,7 @@ Then, each in a fresh interpreter (as ``cliff-tui replay FILE`` starts), alterna
       sample: the time to the first frame (goal ≤ 1 s), measured by the parent from the start of the
       child process to the child's signal, with the child's own breakdown;
   (b) the floor: ``json.loads`` of every line and nothing else.
-After (a)'s first frame, the `end` key is pressed and its cost reported (the pipeline takes every
+After (a)'s first frame, the `end` key is pressed and its cost reported (the store takes every
 event up to the end), then `home` and (paused) `→`, whose cost is reported too (a forward seek
 feeds only the events in between).
 Medians of --reps (default 5). If the first frame is over 1 s, a cProfile of one more (a) run
@@ -52,10 +52,11 @@ PYCACHE = ROOT / "bench" / "out" / "pycache"
 
 
 def make_recording(path: Path, minutes: float, hz: float, n_gpus: int, seed: int = 1) -> dict:
-    from cliff_tui.events import GpuProcess, GpuReading, ProcessReading, RamReading, Sample, SwapReading
+    from cliff_tui.events import Sample
     from cliff_tui.probes.shared_vram import NVIDIA_LINUX_REASON
     from cliff_tui.recording import demo
     from cliff_tui.recording.writer import Recorder
+    from cliff_tui.records import GpuProcess, GpuReading, ProcessReading, RamReading, SwapReading
 
     rng = random.Random(seed)
     n = int(minutes * 60 * hz)
@@ -154,13 +155,13 @@ def child_app(path: str, ready_fd: int | None) -> dict:
     async def first_frame() -> None:
         async with app.run_test(size=SIZE) as pilot:
             t["mounted"] = time.perf_counter()
-            while app.pipeline.latest is None:
+            while app.store.machine.latest is None:
                 await pilot.pause(0.005)
             await pilot.pause()  # let the frame with the first sample be composed
             t["first_frame"] = time.perf_counter()
             if ready_fd is not None:
                 os.write(ready_fd, b"ready\n")
-            # after the first frame: the `end` key (seek to the end rebuilds the pipeline from the start)
+            # after the first frame: the `end` key (seek to the end rebuilds the store from the start)
             t0 = time.perf_counter()
             await pilot.press("end")
             await pilot.pause()
@@ -408,9 +409,9 @@ def main() -> int:
         print(f"| {name} | {med[key]:.3f} |")
     print()
     print(
-        f"After the first frame, the `end` key (seek to the end: the pipeline takes every event, decoding each "
+        f"After the first frame, the `end` key (seek to the end: the store takes every event, decoding each "
         f"line on the way) took {med['seek_end_s']:.2f} s (median); a backward seek (`←`, `home`) rebuilds the "
-        f"pipeline from the first event and costs up to that much; `→` (10 s forward, paused) "
+        f"store from the first event and costs up to that much; `→` (10 s forward, paused) "
         f"{med['seek_right_s'] * 1000:.0f} ms."
     )
     if profile:

@@ -17,11 +17,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from recording.test_recording import ALL_EVENTS, RESULT, SAMPLE
 
-from cliff_tui.events import Alert, CpuQuota, Notice, RunFailed
+from cliff_tui.events import Alert, Notice, RunFailed
 from cliff_tui.headless import Headless, watch_line
 from cliff_tui.recording.export import export
 from cliff_tui.recording.reader import open_recording
-from cliff_tui.recording.writer import Recorder
+from cliff_tui.recording.writer import Recorder, RecordingSetup
+from cliff_tui.records import CpuQuota
 from cliff_tui.report.runs import RUN_COLUMNS, run_record, run_rows
 from cliff_tui.report.tables import csv_cell, dumps, markdown_table
 from cliff_tui.session import Session
@@ -129,7 +130,7 @@ def hostile_recording(path: Path, text: str) -> Path:
         Notice(5.1, text, "warning"),
         Alert(5.2, 1, "red", text),
     ]
-    with Recorder.create(path, command=["run", text], force=True, record_text=True) as recorder:
+    with Recorder.create(path, RecordingSetup(["run", text], record_text=True), force=True) as recorder:
         for event in events:
             recorder.write(_with_text(event, text))
     return path

@@ -27,7 +27,7 @@ REQUIRED = {
     "cliff_tui.codec",
     "cliff_tui.bus",
     "cliff_tui.history",
-    "cliff_tui.pipeline",
+    "cliff_tui.store",
     "cliff_tui.report",
     "cliff_tui.report.samples",
     "cliff_tui.report.runs",
@@ -150,7 +150,7 @@ async def main():
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause(1.5)  # frames drawn with samples on them
         before = sorted(sys.modules)
-        app.pipeline.triangulations()
+        app.store.runs.triangulations()
         return {"before": before, "after": sorted(sys.modules)}
 
 print(json.dumps(asyncio.run(main())))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from cliff_tui.analysis.cliff import RunWatch, cliff_verdict
-from cliff_tui.events import CpuQuota, DecodeWindow, ProcessReading, RamReading, Sample, SwapReading
+from cliff_tui.events import DecodeWindow, Sample
+from cliff_tui.records import CpuQuota, ProcessReading, RamReading, SwapReading
 from cliff_tui.units import GiB, MiB
 
 

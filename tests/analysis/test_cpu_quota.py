@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cliff_tui.analysis.cpu_quota import QuotaMeter
-from cliff_tui.events import CpuQuota
+from cliff_tui.records import CpuQuota
 
 
 def quota(periods: int | None, throttled: int | None, path: str = "/job", cpus: float = 0.5) -> CpuQuota:

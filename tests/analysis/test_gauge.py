@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from cliff_tui.analysis.gauge import CliffRoom, cliff_room, run_gauge
-from cliff_tui.events import CgroupReading, GpuReading, RamReading, Sample, SwapReading
+from cliff_tui.events import Sample
+from cliff_tui.records import CgroupReading, GpuReading, RamReading, SwapReading
 from cliff_tui.units import GiB, MiB
 
 

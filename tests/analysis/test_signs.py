@@ -6,7 +6,8 @@ import pytest
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.signs import RamTrend, SpillBaselines, ram_trend, sign1, sign2, sign3
-from cliff_tui.events import GpuReading, RamReading, Sample, SpeedVerdict, SwapReading
+from cliff_tui.events import Sample
+from cliff_tui.records import GpuReading, RamReading, SpeedVerdict, SwapReading
 from cliff_tui.units import GiB, MiB
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from cliff_tui.analysis.speed import classify_speed, robust_line, steady
-from cliff_tui.events import DecodePoint
+from cliff_tui.records import DecodePoint
 
 DATA = Path(__file__).parents[1] / "data"
 

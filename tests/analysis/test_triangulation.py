@@ -13,7 +13,8 @@ from cliff_tui.analysis.triangulation import (
     slope_of,
     triangulate,
 )
-from cliff_tui.events import GpuDelta, RunFailed, RunResult, RunSettings, SpeedVerdict, TriangulationPlanned
+from cliff_tui.events import RunFailed, TriangulationPlanned
+from cliff_tui.records import GpuDelta, RunResult, RunSettings, SpeedVerdict
 
 MiB = 1024**2
 KiB = 1024

@@ -148,11 +148,11 @@ def test_a_triangulation_ends_with_the_fit_table_in_md_and_json():
     from cliff_tui.recording.reader import open_recording
     from cliff_tui.report.triangulation import triangulation_output
 
-    pipeline = replay_all(open_recording(str(DATA / "smollm2_triangulation.jsonl")))
-    md = triangulation_output(pipeline, "md")
+    store = replay_all(open_recording(str(DATA / "smollm2_triangulation.jsonl")))
+    md = triangulation_output(store, "md")
     table = md[md.index("## What fits") :]
     assert "| f16 ★ | on | no | measured |" in table and "Suggested: `llama-server -m " in table
-    record = json.loads(triangulation_output(pipeline, "json"))
+    record = json.loads(triangulation_output(store, "json"))
     fit_part = record["fit"]
     assert fit_part["best_command"].endswith("-c 8192 -ctk f16 -ctv f16 -fa on -np 1")
     f16 = next(o for o in fit_part["options"] if o["basis"] == "measured")

@@ -16,7 +16,7 @@ from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.tokens import BYTES_PER_TOKEN, SMALLEST_READ, read_prompt_file
 from cliff_tui.errors import BadInput
 from cliff_tui.recording.reader import open_recording
-from cliff_tui.recording.writer import Recorder
+from cliff_tui.recording.writer import Recorder, RecordingSetup
 from cliff_tui.session import stop_on_signals
 
 
@@ -111,7 +111,7 @@ def test_a_pipe_that_never_ends_is_read_up_to_the_limit():
 
 def test_a_directory_given_to_record_into_says_so(tmp_path):
     with pytest.raises(BadInput, match=f"^{tmp_path} is a directory, not a recording: give a file's path$"):
-        Recorder.create(tmp_path, command=[])
+        Recorder.create(tmp_path, RecordingSetup([]))
 
 
 def test_a_directory_given_as_a_recording_says_so(tmp_path):

@@ -15,10 +15,10 @@ import pytest
 
 from cliff_tui.engine.settings import cpu_share
 from cliff_tui.events import Alert, Notice, RunFinished
-from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording import demo
 from cliff_tui.recording.export import export, replay_all
 from cliff_tui.recording.reader import open_recording
+from cliff_tui.store import Store
 
 pytestmark = pytest.mark.model
 
@@ -127,14 +127,14 @@ def test_readme_first_command_headless_is_linear_with_no_live_alarm(tmp_path):
 
 
 def test_the_gpu_trace_ends_red_with_shared_vram_named():
-    pipeline = Pipeline()
+    store = Store()
     for event in demo.gpu_cliff_run():
-        pipeline.feed(event)
-    (result,) = pipeline.results
+        store.feed(event)
+    (result,) = store.runs.results
     assert result.cliff.level == "red" and result.cliff.tier == "GPU0 shared VRAM"
     assert "GPU memory moved into system RAM" in result.cliff.text
-    assert pipeline.cliff_verdict() == result.cliff
-    live = Pipeline()  # the same rule live: before the run finished
+    assert store.cliff_verdict() == result.cliff
+    live = Store()  # the same rule live: before the run finished
     for event in demo.gpu_cliff_run():
         if not isinstance(event, RunFinished):
             live.feed(event)

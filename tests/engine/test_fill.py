@@ -21,9 +21,10 @@ from cliff_tui.engine.runner import Run, RunOptions
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.worker import PrefillProfile
 from cliff_tui.errors import Cancelled
-from cliff_tui.events import DecodeWindow, Notice, RunSettings
+from cliff_tui.events import DecodeWindow, Notice
 from cliff_tui.jobs.triangulate import TriangulateJob
 from cliff_tui.jobs.triangulation_plan import DEFAULT_DEPTHS
+from cliff_tui.records import RunSettings
 from cliff_tui.report.runs import run_record, run_rows
 from tiny_model import write_tiny
 

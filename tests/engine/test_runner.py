@@ -21,7 +21,8 @@ from cliff_tui.engine.runner import (
 )
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
-from cliff_tui.events import BufferSize, DecodeWindow, Notice, RunFailed, RunFinished, RunProgress, RunSettings
+from cliff_tui.events import DecodeWindow, Notice, RunFailed, RunFinished, RunProgress
+from cliff_tui.records import BufferSize, RunSettings
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

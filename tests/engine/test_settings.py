@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from cliff_tui.engine.settings import CpuShare, cpu_share
-from cliff_tui.events import CpuQuota
+from cliff_tui.records import CpuQuota
 
 
 @pytest.mark.parametrize(

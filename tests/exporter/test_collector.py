@@ -1,4 +1,4 @@
-"""The collector against a session fed real records: every number is the pipeline's, in base units,
+"""The collector against a session fed real records: every number is the store's, in base units,
 with the labels a dashboard groups by."""
 
 from __future__ import annotations
@@ -7,24 +7,15 @@ import dataclasses
 
 import pytest
 
-from cliff_tui.events import (
-    ATTACH_RUN_ID,
-    CgroupReading,
-    CpuQuota,
-    DecodeWindow,
-    RamReading,
-    Sample,
-    ServedModel,
-    SessionReading,
-    SlotReading,
-    SwapReading,
-)
+from cliff_tui.analysis.server_rates import ServerRateMeter
+from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, Sample, ServerReading
 from cliff_tui.exporter.collector import SIGN_LEVELS, verdict_level
 from cliff_tui.exporter.plans import read_plans
 from cliff_tui.exporter.server import Exporter
 from cliff_tui.probes.nvidia import CLOCK_EVENT_REASONS
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.recording import demo
+from cliff_tui.records import CgroupReading, CpuQuota, RamReading, ServedModel, SlotReading, SwapReading
 from cliff_tui.session import Session
 from cliff_tui.units import GiB
 from exporting.scrape import labelsets, scrape_registry, value
@@ -54,12 +45,12 @@ def cliff():
     events = with_uuid(demo.gpu_cliff_run())
     exporter = exporter_for(events)
     names, series = scrape_registry(exporter.registry)
-    return exporter.session.pipeline, names, series
+    return exporter.session.store, names, series
 
 
 def test_every_tier_with_its_capacity(cliff):
-    pipeline, _, series = cliff
-    s = pipeline.latest
+    store, _, series = cliff
+    s = store.machine.latest
     g = s.gpus[0]
     vram = {"tier": "vram", "gpu": "0", "uuid": UUID}
     assert value(series, "cliff_memory_used_bytes", **vram) == g.vram_used_bytes
@@ -74,20 +65,20 @@ def test_every_tier_with_its_capacity(cliff):
 
 
 def test_the_spill_signs_and_verdict_are_the_screens(cliff):
-    pipeline, _, series = cliff
+    store, _, series = cliff
     above = value(series, "cliff_shared_vram_above_baseline_bytes", gpu="0", uuid=UUID)
-    assert above == pipeline.shared_above_baseline()[0] and above > 1 * GiB
+    assert above == store.machine.shared_above_baseline()[0] and above > 1 * GiB
     for number, name in ((1, "spill"), (2, "ram"), (3, "speed")):
-        state = pipeline.signs[number]
+        state = store.signs.current[number]
         assert value(series, "cliff_sign_level", sign=str(number), name=name) == SIGN_LEVELS[state.level]
-    assert pipeline.signs[1].level == "red"
+    assert store.signs.current[1].level == "red"
     assert value(series, "cliff_sign_level", sign="1") == 3
-    assert value(series, "cliff_verdict_level") == 3 == verdict_level(pipeline)
+    assert value(series, "cliff_verdict_level") == 3 == verdict_level(store)
 
 
 def test_decode_speed_with_its_window(cliff):
-    pipeline, _, series = cliff
-    w = pipeline.last_window
+    store, _, series = cliff
+    w = store.last_window
     assert value(series, "cliff_decode_tokens_per_second", source="run") == pytest.approx(w.tok_s)
     assert value(series, "cliff_decode_window_tokens") == w.n_tokens
     assert value(series, "cliff_decode_window_seconds") == pytest.approx(w.n_tokens / w.tok_s)
@@ -96,8 +87,8 @@ def test_decode_speed_with_its_window(cliff):
 
 
 def test_pcie_and_one_clock_event_gauge_per_reason(cliff):
-    pipeline, _, series = cliff
-    g = pipeline.latest.gpus[0]
+    store, _, series = cliff
+    g = store.machine.latest.gpus[0]
     assert value(series, "cliff_pcie_rx_bytes_per_second", gpu="0") == pytest.approx(g.pcie_rx_bytes_s)
     assert value(series, "cliff_pcie_tx_bytes_per_second", gpu="0") == pytest.approx(g.pcie_tx_bytes_s)
     reasons = {ls["reason"] for ls in labelsets(series, "cliff_gpu_clock_event")}
@@ -181,9 +172,10 @@ def test_the_samples_cpu_quota_and_its_throttled_periods():
 
 def test_attached_servers_with_their_slots_and_rates():
     url = "http://user:secret@127.0.0.1:8080"
+    meter = ServerRateMeter()  # the attach job's poller stamps each reading with its server's rates
 
     def reading(t, tokens, seconds, used):
-        return SessionReading(
+        made = ServerReading(
             t,
             "llama-server",
             url,
@@ -195,9 +187,10 @@ def test_attached_servers_with_their_slots_and_rates():
             requests_processing=1,
             slots=(SlotReading(0, 4096, used, True), SlotReading(1, 4096, 0, False)),
         )
+        return dataclasses.replace(made, rates=meter.update(made)[0])
 
-    ollama = SessionReading(2.0, "ollama", "http://127.0.0.1:11434", "unreachable", "connection refused")
-    ollama_models = SessionReading(
+    ollama = ServerReading(2.0, "ollama", "http://127.0.0.1:11434", "unreachable", "connection refused")
+    ollama_models = ServerReading(
         3.0, "ollama", "http://127.0.0.2:11434", "ok", models=(ServedModel("qwen2.5:7b", 5 * GiB, 3 * GiB, 8192),)
     )
     events = [
@@ -238,7 +231,7 @@ def test_a_capacity_plan_from_a_recorded_triangulation():
     assert all("/" not in v for (_, ls) in series for k, v in ls if k == "model")
 
 
-def test_the_collector_holds_the_pipeline_still_while_it_reads():
+def test_the_collector_holds_the_store_still_while_it_reads():
     session = Session(queued=False)
     exporter = Exporter(session)
     with session.reading():
@@ -257,7 +250,7 @@ def test_the_followed_processs_real_cgroup_is_the_ram_tier_not_the_exporters():
         session = Session(queued=False)
         session.feed(Sampler(pid=child.pid).sample())
         _, series = scrape_registry(Exporter(session).registry)
-        screen = session.pipeline.latest
+        screen = session.store.machine.latest
     assert not made.directory.exists()
     assert value(series, "cliff_ram_cgroup_limit_bytes") == 96 * MiB
     assert value(series, "cliff_memory_capacity_bytes", tier="ram") == 96 * MiB == screen.ram_capacity_bytes

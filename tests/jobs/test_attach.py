@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from cliff_tui.events import UNKNOWN_MODEL, DecodeWindow, Notice, SessionReading
+from cliff_tui.events import DecodeWindow, Notice, ServerReading
 from cliff_tui.jobs.attach import AttachJob, Poller
-from cliff_tui.pipeline import Pipeline
 from cliff_tui.probes.endpoints.llama_server import SlotsRead
+from cliff_tui.records import UNKNOWN_MODEL
+from cliff_tui.store import Store
 from fakes.http_server import Route, closed_port
 from fakes.servers import BUSY, DECODING, llama, ollama
 from llama_server import post_json
@@ -45,10 +46,10 @@ class FlakyEndpoint:
     def __init__(self, statuses: list[str]) -> None:
         self.statuses = statuses
 
-    def read(self, timeout: float) -> SessionReading:
-        return SessionReading(time.time(), self.source, self.url, self.statuses.pop(0), "down")
+    def read(self, timeout: float) -> ServerReading:
+        return ServerReading(time.time(), self.source, self.url, self.statuses.pop(0), "down")
 
-    def probe(self, timeout: float) -> tuple[SessionReading, SlotsRead]:
+    def probe(self, timeout: float) -> tuple[ServerReading, SlotsRead]:
         return self.read(timeout), SlotsRead()
 
 
@@ -84,21 +85,21 @@ def run_job(job: AttachJob, until, limit: float = 10.0) -> tuple[list, float]:
     return events, time.monotonic() - started
 
 
-def readings(events: list) -> list[SessionReading]:
-    return [e for e in events if isinstance(e, SessionReading)]
+def readings(events: list) -> list[ServerReading]:
+    return [e for e in events if isinstance(e, ServerReading)]
 
 
-def test_job_feeds_the_pipeline_tok_s_and_quits_at_once(server):
+def test_job_feeds_the_store_tok_s_and_quits_at_once(server):
     s = server(llama, BUSY)
     job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1)
     events, quit_s = run_job(job, lambda ev: len(readings(ev)) >= 3)
-    pipeline = Pipeline()
+    store = Store()
     for event in events:
-        pipeline.feed(event)
-    assert pipeline.session.status == "ok"
-    assert pipeline.session_rates.decode_tok_s == pytest.approx(48.0)
-    assert pipeline.live_tok_s() == pytest.approx(48.0)
-    assert pipeline.generating
+        store.feed(event)
+    assert store.servers.shown.status == "ok"
+    assert store.servers.shown.rates.decode_tok_s == pytest.approx(48.0)
+    assert store.live_tok_s() == pytest.approx(48.0)
+    assert store.generating
     assert quit_s < 0.5
     assert job.title == f"llama-server {s.url}"
 
@@ -118,13 +119,13 @@ def test_job_from_a_triangulation_holds_the_slots_against_its_largest_context(se
     s = server(llama, BUSY)
     job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=measured)
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 2)
-    pipeline = Pipeline()
+    store = Store()
     for event in events:
-        pipeline.feed(event)
-    gauge = pipeline.gauge()
+        store.feed(event)
+    gauge = store.gauge()
     assert gauge is not None and gauge.source == "measured"
     assert gauge.max_context == measured.max_context == 852_992  # the recorded projection's
-    assert gauge.tokens == max(slot.tokens_used for slot in pipeline.session.slots if slot.tokens_used is not None)
+    assert gauge.tokens == max(slot.tokens_used for slot in store.servers.shown.slots if slot.tokens_used is not None)
 
 
 def test_job_warns_once_when_the_server_serves_another_file_than_the_one_measured(server):
@@ -182,10 +183,10 @@ def test_job_shows_live_tok_s_while_a_request_runs(server):
     events, _ = run_job(job, lambda ev: any(isinstance(e, DecodeWindow) for e in ev))
     window = next(e for e in events if isinstance(e, DecodeWindow))
     assert window.n_tokens == 24 and window.depth == 1088 and window.tok_s > 0
-    pipeline = Pipeline()
+    store = Store()
     for event in events:
-        pipeline.feed(event)
-    assert pipeline.live_tok_s() == pytest.approx(window.tok_s)
+        store.feed(event)
+    assert store.live_tok_s() == pytest.approx(window.tok_s)
 
 
 def test_job_retries_an_unreachable_server_and_quits_during_backoff():
@@ -325,7 +326,7 @@ def test_real_llama_server_tok_s_moves_while_a_request_runs(real_llama_server):
         ),
         daemon=True,
     )
-    pipeline = Pipeline()
+    store = Store()
     events: list = []
     cancel = threading.Event()
     poller = threading.Thread(target=job.run, args=(events.append, cancel, lambda pid: None), daemon=True)
@@ -336,8 +337,8 @@ def test_real_llama_server_tok_s_moves_while_a_request_runs(real_llama_server):
     cancel.set()
     poller.join(5)
     for event in events:
-        pipeline.feed(event)
-    rates = [v for _, v in pipeline.history.get("tok_s").points() if v]
+        store.feed(event)
+    rates = [v for _, v in store.history.get("tok_s").points() if v]
     live = [e.tok_s for e in events if isinstance(e, DecodeWindow)]
     busy = [r for r in readings(events) if (r.requests_processing or 0) > 0]
     print(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cliff_tui.events import SessionReading
+from cliff_tui.events import ServerReading
 from cliff_tui.jobs.attach import AttachJob
 from cliff_tui.jobs.attach_once import NOTHING_GENERATED, attach_once, endpoint_record
 from cliff_tui.probes.sampler import Sampler
@@ -143,7 +143,7 @@ def test_once_with_a_pid_and_no_server_is_fine(monkeypatch):
 
 
 def test_endpoint_record_of_a_single_reading_keeps_the_status():
-    reading = SessionReading(1.0, "llama-server", "http://x", "unreachable", "nothing is listening")
+    reading = ServerReading(1.0, "llama-server", "http://x", "unreachable", "nothing is listening")
     rec = endpoint_record(reading)
     assert rec["status"] == "unreachable" and rec["reason"] == "nothing is listening"
     assert rec["decode_tok_s"] is None and rec["slots"] == []

@@ -15,11 +15,12 @@ import pytest
 
 from cliff_tui.engine.worker import PrefillProfile
 from cliff_tui.errors import BadInput
-from cliff_tui.events import RunFinished, RunSettings
+from cliff_tui.events import RunFinished
 from cliff_tui.jobs.triangulate import TriangulateJob
 from cliff_tui.jobs.triangulation_plan import estimate_seconds
 from cliff_tui.recording.export import replay_all
 from cliff_tui.recording.reader import open_recording
+from cliff_tui.records import RunSettings
 from cliff_tui.report.triangulation import triangulation_output
 from cliff_tui.units import fmt_duration
 
@@ -191,7 +192,7 @@ def test_a_measured_prefill_refits_what_grows_with_depth():
 
 def test_a_point_slower_than_the_calibration_says_the_new_estimate(recorded):
     _, path = recorded
-    result = replay_all(open_recording(path)).results[0]
+    result = replay_all(open_recording(path)).runs.results[0]
     job = TriangulateJob(result.settings, depths=None, target=None, reserve=None, kv_types=[("f16", "f16")])
     job.depths = [2_048, 4_096, 8_192]
     job.profile = PrefillProfile(p=1 / 200, q=0.0, a=0.01, b=0.0, load_s=0.1)

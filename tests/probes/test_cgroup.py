@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from cliff_tui.events import CpuQuota
 from cliff_tui.probes.cgroup import (
     CgroupMount,
     cgroup_directory,
@@ -21,6 +20,7 @@ from cliff_tui.probes.cgroup import (
     read_cgroup_memory,
     read_cpu_quota,
 )
+from cliff_tui.records import CpuQuota
 
 MiB = 1024 * 1024
 V1_NO_LIMIT = "9223372036854771712"

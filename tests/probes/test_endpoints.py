@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cliff_tui.errors import BadInput
-from cliff_tui.events import SlotReading
 from cliff_tui.jobs.attach import AttachJob, LiveDecodeMeter
 from cliff_tui.jobs.attach_once import endpoint_record
 from cliff_tui.probes.endpoints import http as ep
@@ -30,6 +29,7 @@ from cliff_tui.probes.endpoints.llama_server import (
 )
 from cliff_tui.probes.endpoints.ollama import read_ollama
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
+from cliff_tui.records import SlotReading
 from fakes.http_server import Route, closed_port
 from fakes.servers import llama, ollama, plain
 

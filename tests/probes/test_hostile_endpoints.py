@@ -12,12 +12,12 @@ import unicodedata
 import pytest
 from hypothesis import given, settings
 
-from cliff_tui.events import SessionReading
-from cliff_tui.pipeline import Pipeline
+from cliff_tui.events import ServerReading
 from cliff_tui.probes.endpoints.llama_server import read_llama_server
 from cliff_tui.probes.endpoints.ollama import read_ollama
+from cliff_tui.store import Store
 from cliff_tui.text import LINE_LIMIT, inert
-from cliff_tui.ui.render import fit_line, session_line
+from cliff_tui.ui.render import fit_line, server_line
 from fakes.http_server import Route
 from fakes.servers import llama, ollama
 from hostile import EVIL, hostile_text
@@ -27,15 +27,15 @@ def runnable(text: str) -> list[str]:
     return [ch for ch in text if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")]
 
 
-def strings(reading: SessionReading) -> list[str]:
+def strings(reading: ServerReading) -> list[str]:
     return [reading.message, reading.url, *reading.reasons.values(), *(m.name for m in reading.models)]
 
 
-def drawn(reading: SessionReading) -> str:
+def drawn(reading: ServerReading) -> str:
     """The attach screen's session line, as the segments the line widget draws."""
-    pipeline = Pipeline()
-    pipeline.feed(reading)
-    return "".join(segment.text for segment in fit_line(session_line(pipeline), 10_000))
+    store = Store()
+    store.feed(reading)
+    return "".join(segment.text for segment in fit_line(server_line(store), 10_000))
 
 
 def _ps(name: str) -> Route:

@@ -20,7 +20,6 @@ import psutil
 import pynvml
 import pytest
 
-from cliff_tui.events import GpuProcess, GpuReading, RamReading, SwapReading
 from cliff_tui.probes import system
 from cliff_tui.probes.amd import AmdSysfsProbe, find_amd_cards
 from cliff_tui.probes.nvidia import NvidiaProbe
@@ -40,6 +39,7 @@ from cliff_tui.probes.shared_vram import (
     per_process,
 )
 from cliff_tui.probes.system import ProcessProbe, read_memory
+from cliff_tui.records import GpuProcess, GpuReading, RamReading, SwapReading
 from cliff_tui.report.samples import sample_record
 
 try:
@@ -958,7 +958,6 @@ def test_a_session_samples_in_its_loop_only_where_no_gpu_is_read(tmp_path: Path)
 
 def test_a_recorded_session_samples_on_a_thread_from_the_moment_it_records(tmp_path: Path):
     """A recording keeps its samples while the screen's loop stalls."""
-    from cliff_tui.recording.writer import Recorder
     from cliff_tui.session import Session
 
     def session() -> Session:
@@ -966,13 +965,13 @@ def test_a_recorded_session_samples_on_a_thread_from_the_moment_it_records(tmp_p
         return Session(sampler=Sampler(nvidia=probe, amd=AmdSysfsProbe(tmp_path), platform="linux"), interval=0.25)
 
     recorded = session()
-    recorded.attach_recorder(Recorder.create(tmp_path / "a.jsonl", command=["test"]))
+    recorded.start_recording(str(tmp_path / "a.jsonl"))
     later = session()
     try:
         recorded.start_sampling(in_loop=True)
         later.start_sampling(in_loop=True)
         assert type(recorded._sampling) is SamplerThread and type(later._sampling) is SamplesInLoop
-        later.attach_recorder(Recorder.create(tmp_path / "b.jsonl", command=["test"]))
+        later.start_recording(str(tmp_path / "b.jsonl"))
         assert type(later._sampling) is SamplerThread
     finally:
         recorded.stop()

@@ -24,38 +24,42 @@ from cliff_tui.errors import BadInput
 from cliff_tui.events import (
     EVENT_TYPES,
     Alert,
-    BufferSize,
     BuffersReported,
-    DecodePoint,
     DecodeWindow,
     GeneratedText,
-    GpuDelta,
-    GpuProcess,
-    GpuReading,
     LogLine,
     MeasuredCapacity,
-    ModelInfo,
     Notice,
-    ProcessReading,
-    RamReading,
     RunFailed,
     RunFinished,
     RunProgress,
-    RunResult,
-    RunSettings,
     RunStarted,
     Sample,
-    ServedModel,
-    SessionReading,
-    SlotReading,
-    SpeedVerdict,
-    SwapReading,
+    ServerReading,
+    TargetChosen,
     TriangulationPlanned,
 )
 from cliff_tui.recording import demo
 from cliff_tui.recording.player import Player
 from cliff_tui.recording.reader import open_recording, parse_recording
-from cliff_tui.recording.writer import Recorder
+from cliff_tui.recording.writer import Recorder, RecordingSetup
+from cliff_tui.records import (
+    BufferSize,
+    DecodePoint,
+    GpuDelta,
+    GpuProcess,
+    GpuReading,
+    ModelInfo,
+    ProcessReading,
+    RamReading,
+    RunResult,
+    RunSettings,
+    ServedModel,
+    ServerRates,
+    SlotReading,
+    SpeedVerdict,
+    SwapReading,
+)
 from cliff_tui.session import Session
 from cliff_tui.text import LINE_LIMIT, is_inert
 from hostile import HOSTILE, hostile_text
@@ -129,7 +133,7 @@ ALL_EVENTS = [
     Alert(3.7, 1, "red", "spill"),
     LogLine(3.8, 2, "llama_kv_cache: CPU KV buffer size = 45.00 MiB"),
     Notice(3.9, "flash attention turned on", "info"),
-    SessionReading(
+    ServerReading(
         4.0,
         "llama-server",
         "http://127.0.0.1:8080",
@@ -143,8 +147,10 @@ ALL_EVENTS = [
         (SlotReading(0, 4096, 100, True),),
         (ServedModel("m", 10, 5, 4096),),
         {"x": "y"},
+        ServerRates(20.0, None, None, "no request has run since attaching: send one to measure"),
     ),
     MeasuredCapacity(4.1, "model.gguf", "f16", "RAM", 852_992),
+    TargetChosen(4.2, 32_768),
 ]
 
 
@@ -155,7 +161,7 @@ def test_every_event_type_is_covered():
 @pytest.mark.parametrize("event", ALL_EVENTS, ids=lambda e: type(e).__name__)
 def test_round_trip_through_a_file(tmp_path, event):
     path = tmp_path / "r.jsonl"
-    recorder = Recorder.create(path, command=["test"], record_text=True)
+    recorder = Recorder.create(path, RecordingSetup(["test"], record_text=True))
     recorder.write(event)
     recorder.close()
     recording = open_recording(path)
@@ -165,7 +171,7 @@ def test_round_trip_through_a_file(tmp_path, event):
 
 def test_text_is_kept_out_unless_asked(tmp_path):
     path = tmp_path / "r.jsonl"
-    recorder = Recorder.create(path, command=[])
+    recorder = Recorder.create(path, RecordingSetup([]))
     recorder.write(GeneratedText(1.0, "r", "secret prompt"))
     recorder.write(SAMPLE)
     recorder.close()
@@ -177,9 +183,9 @@ def test_never_overwrites_without_force(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text("precious")
     with pytest.raises(BadInput, match="already exists"):
-        Recorder.create(path, command=[])
+        Recorder.create(path, RecordingSetup([]))
     assert path.read_text() == "precious"
-    Recorder.create(path, command=[], force=True).close()
+    Recorder.create(path, RecordingSetup([]), force=True).close()
     assert "cliff-tui-recording" in path.read_text()
 
 
@@ -418,22 +424,23 @@ def test_a_ten_megabyte_line_is_cut_and_not_held():
 
 def test_a_forward_seek_ends_where_a_seek_from_the_start_does(tmp_path):
     path = tmp_path / "demo.jsonl"
-    with Recorder.create(path, command=["test"]) as recorder:
+    with Recorder.create(path, RecordingSetup(["test"])) as recorder:
         for event in demo.gpu_cliff_run():
             recorder.write(event)
     stepped, direct = Session(recording=open_recording(path)), Session(recording=open_recording(path))
     middle = (stepped.player.t_start + stepped.player.t_end) / 2
     stepped.seek_fraction(0.5, now=0)
-    kept = stepped.pipeline
-    stepped.seek_by(10, now=0)  # forward from the middle: the same pipeline goes on
-    assert stepped.pipeline is kept
+    kept = stepped.store
+    stepped.seek_by(10, now=0)  # forward from the middle: the same store goes on
+    assert stepped.store is kept
     direct.seek_by(middle + 10 - direct.player.t_start, now=0)
     assert stepped.player.cursor == direct.player.cursor > 0
-    a, b = stepped.pipeline, direct.pipeline
-    assert a.latest == b.latest and a.signs == b.signs and a.results == b.results
+    a, b = stepped.store, direct.store
+    assert a.machine.latest == b.machine.latest and a.signs.current == b.signs.current
+    assert a.runs.results == b.runs.results
     assert a.history.get("ram.used").points() == b.history.get("ram.used").points()
     stepped.seek_by(-30, now=0)  # backward: rebuilt
-    assert stepped.pipeline is not a and stepped.player.position == pytest.approx(middle - 20)
+    assert stepped.store is not a and stepped.player.position == pytest.approx(middle - 20)
 
 
 def _file_size_limit(size: int):
@@ -488,12 +495,12 @@ def test_export_table_is_refused_where_the_output_is_not_one_table(output, words
 
 def test_exported_runs_carry_the_cliff_verdict_as_run_writes_it(tmp_path):
     from cliff_tui.recording.export import export
-    from cliff_tui.recording.writer import Recorder
+    from cliff_tui.recording.writer import Recorder, RecordingSetup
     from cliff_tui.report.runs import run_record
     from cliff_tui.report.tables import dumps
 
     path = tmp_path / "cliff.jsonl"
-    recorder = Recorder.create(path, command=["run"])
+    recorder = Recorder.create(path, RecordingSetup(["run"]))
     for event in demo.gpu_cliff_run():
         recorder.write(event)
     recorder.close()
@@ -505,10 +512,10 @@ def test_exported_runs_carry_the_cliff_verdict_as_run_writes_it(tmp_path):
 
 
 def test_an_empty_table_exports_its_header_or_says_there_is_nothing(tmp_path):
-    from cliff_tui.recording.writer import Recorder
+    from cliff_tui.recording.writer import Recorder, RecordingSetup
 
     path = tmp_path / "watch.jsonl"
-    recorder = Recorder.create(path, command=["watch"])
+    recorder = Recorder.create(path, RecordingSetup(["watch"]))
     for event in demo.cpu_watch(5):
         recorder.write(event)
     recorder.close()

@@ -13,10 +13,11 @@ import pytest
 
 from cliff_tui.codec import event_to_plain
 from cliff_tui.errors import BadInput
-from cliff_tui.events import GpuProcess, LogLine, Notice, RunFailed, SessionReading
+from cliff_tui.events import LogLine, Notice, RunFailed, ServerReading
 from cliff_tui.recording.export import export
 from cliff_tui.recording.reader import open_recording
 from cliff_tui.recording.redact import Redactor
+from cliff_tui.records import GpuProcess
 from recording.test_recording import ALL_EVENTS, GPU, SAMPLE, wait_for_samples
 
 HOST = "secret-box.example.org"
@@ -36,7 +37,7 @@ def _private_events() -> list:
         LogLine(3.8, 2, f"llama_model_loader: loaded meta data from {MODEL_PATH}"),
         Notice(3.9, f"following PID {PIDS[1]} on secret-box", "info"),
         RunFailed(4.0, "r2", "error", "cannot read /srv/private/notes.txt (C:\\Users\\alice\\x)"),
-        SessionReading(
+        ServerReading(
             4.1,
             "llama-server",
             "http://secret-box.example.org:8080",

@@ -73,19 +73,8 @@ EVIL = HOSTILE[0]  # clear screen, red, OSC 0 title, OSC 52 clipboard, markup
 
 def hostile_events() -> list:
     """A short run whose model name, process name, no-GPU reason, notice and log line are hostile."""
-    from cliff_tui.events import (
-        DecodeWindow,
-        LogLine,
-        ModelInfo,
-        Notice,
-        ProcessReading,
-        RamReading,
-        RunProgress,
-        RunSettings,
-        RunStarted,
-        Sample,
-        SwapReading,
-    )
+    from cliff_tui.events import DecodeWindow, LogLine, Notice, RunProgress, RunStarted, Sample
+    from cliff_tui.records import ModelInfo, ProcessReading, RamReading, RunSettings, SwapReading
 
     GiB = 1024**3
     path = "/home/alice/models/evil.gguf"

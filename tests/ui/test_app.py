@@ -10,16 +10,18 @@ import time
 
 import pytest
 
-from cliff_tui.events import DecodeWindow, Notice, RunSettings, Sample
+from cliff_tui.events import DecodeWindow, Notice, Sample, TargetChosen
 from cliff_tui.jobs.run import RunJob
 from cliff_tui.probes.cgroup import read_cpu_quota
 from cliff_tui.probes.sampler import Sampler
 from cliff_tui.recording import demo
 from cliff_tui.recording.reader import open_recording
-from cliff_tui.recording.writer import Recorder
+from cliff_tui.recording.writer import Recorder, RecordingSetup
+from cliff_tui.records import RamReading, RunSettings, SwapReading
 from cliff_tui.session import Session
 from cliff_tui.ui import app as app_module
 from cliff_tui.ui.app import CliffApp
+from cliff_tui.units import GiB
 
 _TEXT_RE = re.compile(r'<text [^>]*clip-path="url\(#terminal-\d+-line-(\d+)\)">([^<]*)</text>')
 
@@ -43,7 +45,7 @@ async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
 async def test_watch_shows_ram_says_why_no_vram_and_quits_fast():
     app = CliffApp("watch", Session(sampler=Sampler(), interval=0.2))
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: len(app.pipeline.history.get("ram.used")) >= 3)
+        await wait_for(pilot, lambda: len(app.store.history.get("ram.used")) >= 3)
         await pilot.pause(0.3)
         text = screen_text(app)
         assert "System RAM" in text and "Swap" in text
@@ -69,7 +71,7 @@ async def test_watch_of_a_process_held_to_a_cpu_quota_shows_the_quota_running_ou
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(
                 pilot,
-                lambda: (use := app.pipeline.quota_meter.use) is not None and use.throttled_share is not None,
+                lambda: (use := app.store.machine.quota_use) is not None and use.throttled_share is not None,
                 timeout=20,
             )
             await pilot.pause(0.3)
@@ -81,7 +83,7 @@ async def test_watch_of_a_process_held_to_a_cpu_quota_shows_the_quota_running_ou
 async def test_the_keys_line_names_the_keys_and_a_click_on_one_runs_it():
     app = CliffApp("watch", Session(sampler=Sampler(), interval=0.2))
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.pipeline.latest is not None)
+        await wait_for(pilot, lambda: app.store.machine.latest is not None)
         await pilot.pause(0.2)
         keys = screen_text(app).splitlines()[-1]
         assert keys.split() == ["q", "Quit", "p", "Pause", "?", "Help", "l", "Log", "r", "Record"]
@@ -117,7 +119,7 @@ async def test_a_settled_screen_collects_the_cycles_its_frames_leave(monkeypatch
 async def test_pause_freezes_the_screen_and_help_and_log_open():
     app = CliffApp("watch", Session(sampler=Sampler(), interval=0.2))
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: app.pipeline.latest is not None)
+        await wait_for(pilot, lambda: app.store.machine.latest is not None)
         await pilot.press("p")
         assert app.paused and "PAUSED" in screen_text(app)
         await pilot.press("question_mark")
@@ -136,12 +138,12 @@ async def test_run_shows_tok_s_and_the_verdict(tiny_model):
     job = RunJob(RunSettings(str(tiny_model), 256, 16))
     app = CliffApp("run", Session(sampler=Sampler(pid=os.getpid()), job=job, interval=0.2))
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for(pilot, lambda: app.pipeline.results)
+        await wait_for(pilot, lambda: app.store.runs.results)
         await pilot.pause(0.5)
         text = screen_text(app)
         assert "Tokens/s" in text and "baseline" in text
         assert "done · n_ctx 512" in text
-        assert app.pipeline.results[0].verdict.level in text
+        assert app.store.runs.results[0].verdict.level in text
         await pilot.press("l")
         await pilot.pause(0.2)
         assert "KV buffer size" in screen_text(app)
@@ -154,9 +156,9 @@ async def test_q_during_the_prefill_exits_within_a_second(smollm2):
         await wait_for(
             pilot,
             lambda: (
-                app.pipeline.current is not None
-                and app.pipeline.current.progress is not None
-                and app.pipeline.current.progress.phase == "prefill"
+                app.store.runs.current is not None
+                and app.store.runs.current.progress is not None
+                and app.store.runs.current.progress.phase == "prefill"
             ),
         )
         t = time.monotonic()
@@ -172,7 +174,7 @@ async def test_a_bad_model_shows_an_error_panel_and_keeps_running(tmp_path):
     bad.write_text("not a model")
     app = CliffApp("run", Session(sampler=Sampler(), job=RunJob(RunSettings(str(bad), 256, 16)), interval=0.2))
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: app.pipeline.last_failure is not None)
+        await wait_for(pilot, lambda: app.store.runs.last_failure is not None)
         await wait_for(pilot, lambda: "is not a GGUF file" in screen_text(app), timeout=10)
         assert app.is_running
 
@@ -184,10 +186,10 @@ async def test_triangulate_fills_the_pane_as_runs_complete(tiny_model):
     job = TriangulateJob(base, depths=[128, 256, 512], target=2048, reserve=None, kv_types=[("f16", "f16")])
     app = CliffApp("triangulate", Session(sampler=Sampler(), job=job, interval=0.25))
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: len(app.pipeline.results) >= 1, timeout=120)
+        await wait_for(pilot, lambda: len(app.store.runs.results) >= 1, timeout=120)
         await pilot.pause(0.5)
         assert "peak" in screen_text(app) and "Δtrend" in screen_text(app)
-        await wait_for(pilot, lambda: len(app.pipeline.results) == 3, timeout=180)
+        await wait_for(pilot, lambda: len(app.store.runs.results) == 3, timeout=180)
         await pilot.pause(0.5)
         text = screen_text(app)
         assert "largest context before" in text
@@ -198,7 +200,7 @@ async def test_triangulate_fills_the_pane_as_runs_complete(tiny_model):
 @pytest.fixture
 def demo_recording(tmp_path):
     path = tmp_path / "demo.jsonl"
-    with Recorder.create(path, command=["test"]) as recorder:
+    with Recorder.create(path, RecordingSetup(["test"])) as recorder:
         for event in demo.gpu_cliff_run():
             recorder.write(event)
     return open_recording(path)
@@ -213,7 +215,7 @@ async def test_target_key_changes_the_projection(demo_recording):
             await pilot.press("backspace")
         await pilot.press(*"48k", "enter")
         await pilot.pause(0.2)
-        assert app.pipeline.target == 48_000
+        assert app.store.runs.target == 48_000
 
 
 async def test_a_replay_names_the_keys_that_move_it_and_a_click_on_one_runs_it(demo_recording):
@@ -251,10 +253,10 @@ async def test_replay_keys_move_the_time_cursor(demo_recording):
         assert not player.playing
         await pilot.press("end")
         assert player.position == player.t_end
-        assert app.pipeline.results and app.pipeline.signs[3].level == "red"
+        assert app.store.runs.results and app.store.signs.current[3].level == "red"
         await pilot.press("home")
         assert player.position == player.t_start
-        assert not app.pipeline.results
+        assert not app.store.runs.results
         await pilot.press("right")
         assert player.position == pytest.approx(player.t_start + 10)
         before = player.cursor
@@ -283,7 +285,7 @@ async def test_a_frame_is_written_by_the_call_that_drew_it(demo_recording, monke
 
 
 async def test_replay_restarted_from_the_end_shows_each_sample_once(demo_recording):
-    """``end`` then ``space`` plays again from the start: into a new pipeline, which the app draws."""
+    """``end`` then ``space`` plays again from the start: into a new store, which the app draws."""
     app = CliffApp("replay", Session(recording=demo_recording, speed=16))
     samples = sum(isinstance(e, Sample) for e in demo_recording.events)
     async with app.run_test(size=(120, 36)) as pilot:
@@ -293,10 +295,10 @@ async def test_replay_restarted_from_the_end_shows_each_sample_once(demo_recordi
         assert player.playing and player.position < player.t_end  # from the start again (a loaded machine ticks late)
         await wait_for(pilot, lambda: not player.playing and player.position == player.t_end, 30)
         await pilot.pause(0.3)
-        ram = app.pipeline.history.get("ram.used")
+        ram = app.store.history.get("ram.used")
         times = [t for t, _ in ram.points()]
         assert len(times) == samples and times == sorted(set(times))
-        assert len(app.pipeline.history.get("tok_s")) == sum(isinstance(e, DecodeWindow) for e in demo_recording.events)
+        assert len(app.store.history.get("tok_s")) == sum(isinstance(e, DecodeWindow) for e in demo_recording.events)
 
 
 async def test_notices_are_drawn_under_the_signs():
@@ -321,7 +323,7 @@ async def test_r_records_to_a_timestamped_file_that_replays(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     app = CliffApp("watch", Session(sampler=Sampler(), interval=0.2))
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: app.pipeline.latest is not None)
+        await wait_for(pilot, lambda: app.store.machine.latest is not None)
         await pilot.press("r")
         assert app.session.recorder is not None and "REC" in screen_text(app)
         await pilot.pause(1.2)
@@ -358,7 +360,7 @@ async def test_a_killed_watch_recording_replays(tmp_path):
         await pilot.pause(0.3)
         text = screen_text(app)
         assert "System RAM" in text and "replay s.jsonl" in text
-        assert len(app.pipeline.history.get("ram.used")) >= 5
+        assert len(app.store.history.get("ram.used")) >= 5
 
 
 async def test_no_color_keeps_every_state_readable(monkeypatch):
@@ -451,3 +453,73 @@ async def test_the_tier_graphs_grow_with_the_rows_the_screen_has():
         assert any("zoom" in line for line in graph) and any("cliff ╌" in line for line in graph), size
         heights[size] = len(graph)
     assert heights[(80, 24)] < heights[(100, 30)] < heights[(120, 40)]
+
+
+# --- the user's own choices: a target, a pause, a recording ---------------------------------------
+
+
+def _ram_at(t: float, used_gib: float) -> Sample:
+    used = int(used_gib * GiB)
+    return Sample(t, RamReading(used, 24 * GiB, 24 * GiB - used), SwapReading(0, 0))
+
+
+async def test_a_paused_screen_stays_frozen_when_r_and_t_redraw_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    session = Session(preload=[_ram_at(1.0, 6.0)], recording_setup=RecordingSetup(["watch"]))
+    app = CliffApp("watch", session)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: "6.00 GiB / 24.0 GiB" in screen_text(app))
+        await pilot.press("p")
+        session.bus.publish(_ram_at(2.0, 13.0))
+        await wait_for(pilot, lambda: session.store.machine.latest.t == 2.0)
+        await pilot.press("r")  # recording starts and the title says so: a redraw
+        await wait_for(pilot, lambda: "REC" in screen_text(app))
+        await pilot.press("t", *"48k", "enter")  # the projection's target: another
+        await wait_for(pilot, lambda: session.store.runs.target == 48_000)
+        text = screen_text(app)
+        assert "PAUSED" in text and "6.00 GiB / 24.0 GiB" in text and "13.0 GiB" not in text
+        assert app.store.runs.target == 48_000  # the paused screen shows the target it was given
+        await pilot.press("p")
+        await wait_for(pilot, lambda: "13.0 GiB / 24.0 GiB" in screen_text(app))
+        await pilot.press("r")
+    (path,) = tmp_path.glob("cliff-*.jsonl")
+    samples = [e for e in open_recording(path).events if isinstance(e, Sample)]
+    assert [s.t for s in samples] == [1.0, 2.0]  # the recording holds the live state, not the frozen one
+
+
+async def test_a_target_chosen_live_is_recorded(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = CliffApp("watch", Session(preload=[_ram_at(1.0, 6.0)], recording_setup=RecordingSetup(["watch"])))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("r", "t", *"48k", "enter")
+        await wait_for(pilot, lambda: app.store.runs.target == 48_000)
+        await pilot.press("r")
+    (path,) = tmp_path.glob("cliff-*.jsonl")
+    assert [e.target for e in open_recording(path).events if isinstance(e, TargetChosen)] == [48_000]
+
+
+async def test_a_target_chosen_in_a_replay_outlives_a_backward_seek(demo_recording):
+    app = CliffApp("replay", Session(recording=demo_recording, speed=16))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("end", "t", *["backspace"] * 10, *"48k", "enter")
+        await wait_for(pilot, lambda: app.store.runs.target == 48_000)
+        before = app.store
+        await pilot.press("home", "end")  # back to the start: a new store, fed the recording again
+        assert app.store is not before and app.store.runs.target == 48_000
+
+
+async def test_r_writes_the_header_that_record_writes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    setup = RecordingSetup(["watch", "--record", "given.jsonl", "--record-text"], record_text=True)
+    session = Session(preload=[_ram_at(1.0, 6.0)], recording_setup=setup)
+    session.start_recording("given.jsonl")  # as --record does
+    app = CliffApp("watch", session)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("r")  # stops --record's recording
+        await wait_for(pilot, lambda: session.recorder is None)
+        await pilot.press("r")  # and starts one of its own
+        await wait_for(pilot, lambda: session.recorder is not None)
+    headers = [open_recording(path).header for path in (tmp_path / "given.jsonl", *tmp_path.glob("cliff-*.jsonl"))]
+    assert len(headers) == 2
+    given, pressed = ({k: h[k] for k in ("command", "record_text", "format", "schema")} for h in headers)
+    assert pressed == given and given["command"] == setup.command

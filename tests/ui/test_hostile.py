@@ -16,19 +16,9 @@ from hypothesis import strategies as st
 from textual.drivers import headless_driver
 
 from cliff_tui.engine.gguf_meta import read_model_info
-from cliff_tui.events import (
-    CpuQuota,
-    Notice,
-    ProcessReading,
-    RamReading,
-    RunFailed,
-    RunSettings,
-    RunStarted,
-    Sample,
-    SessionReading,
-    SwapReading,
-)
+from cliff_tui.events import Notice, RunFailed, RunStarted, Sample, ServerReading
 from cliff_tui.recording.reader import open_recording
+from cliff_tui.records import CpuQuota, ProcessReading, RamReading, RunSettings, SwapReading
 from cliff_tui.session import Session
 from cliff_tui.text import inert
 from cliff_tui.ui.app import CliffApp
@@ -113,7 +103,7 @@ async def test_the_log_screen_and_the_error_panel_show_hostile_text_as_text(term
 
 
 def _hostile_session(text: str, model_name: str) -> list:
-    from cliff_tui.events import ModelInfo
+    from cliff_tui.records import ModelInfo
 
     model = ModelInfo("/m.gguf", model_name, 1, "llama", 2, 4, 2, 32, 32, 4096, None, "F32")
     sample = Sample(
@@ -129,7 +119,7 @@ def _hostile_session(text: str, model_name: str) -> list:
         RunStarted(0.5, "r1", RunSettings("/m.gguf", 64, 4), model, 68),
         sample,
         Notice(1.1, f"notice {text}", "warning"),
-        SessionReading(1.2, "ollama", "http://127.0.0.1:11434", "error", f"server {text}"),
+        ServerReading(1.2, "ollama", "http://127.0.0.1:11434", "error", f"server {text}"),
     ]
 
 

@@ -1,5 +1,5 @@
 """Whatever values a recording can hold (every record type, any numbers the reader lets through),
-fed to the pipeline and drawn into the panels and status lines, raise nothing."""
+fed to the store and drawn into the panels and status lines, raise nothing."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from cliff_tui.codec import event_to_plain
 from cliff_tui.events import EVENT_TYPES
-from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import parse_recording
+from cliff_tui.store import Store
 from cliff_tui.ui import render
 
 HEADER = json.dumps({"type": "header", "format": "cliff-tui-recording", "schema": 1})
@@ -27,19 +27,19 @@ def _as_recorded(generated: list) -> list:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(events)
 def test_any_recorded_values_feed_and_draw(generated):
-    pipeline = Pipeline()
+    store = Store()
     for event in _as_recorded(generated):
-        pipeline.feed(event)
-        pipeline.speed_verdict()
-    for panel in render.panels(pipeline):
+        store.feed(event)
+        store.speed_verdict()
+    for panel in render.panels(store):
         for scaled in panel.graphs or ():
             scaled.graph.segments(40, 4)
             scaled.label(0, 4)
     for line in (
-        render.signs_line(pipeline.signs),
-        render.gauge_line(pipeline),
-        render.notice_line(pipeline),
-        render.progress_line(pipeline),
-        render.session_line(pipeline),
+        render.signs_line(store.signs.current),
+        render.gauge_line(store),
+        render.notice_line(store),
+        render.progress_line(store),
+        render.server_line(store),
     ):
         render.fit_line(line, 80)

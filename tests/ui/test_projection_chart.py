@@ -9,7 +9,8 @@ import pytest
 from rich.console import Console
 
 from cliff_tui.analysis.triangulation import Triangulation, triangulate
-from cliff_tui.events import GpuDelta, RunResult, RunSettings, SpeedVerdict, TriangulationPlanned
+from cliff_tui.events import TriangulationPlanned
+from cliff_tui.records import GpuDelta, RunResult, RunSettings, SpeedVerdict
 from cliff_tui.ui.projection import byte_axis, chart, nice_ticks, token_axis
 from cliff_tui.units import fmt_tokens, parse_tokens
 

@@ -21,7 +21,8 @@ from cliff_tui.analysis.fit import (
     measured_lines,
 )
 from cliff_tui.errors import BadInput, read_text
-from cliff_tui.events import ModelInfo, Sample
+from cliff_tui.events import Sample
+from cliff_tui.records import ModelInfo
 from cliff_tui.units import fmt_bytes, is_number
 
 
@@ -49,8 +50,8 @@ def measured_from_file(path: str) -> list[MeasuredLine]:
         from cliff_tui.recording.export import replay_all
         from cliff_tui.recording.reader import open_recording
 
-        pipeline = replay_all(open_recording(path))
-        return measured_lines(pipeline.triangulations(), pipeline.results)
+        store = replay_all(open_recording(path))
+        return measured_lines(store.runs.triangulations(), store.runs.results)
     try:
         record = json.loads(text)
     except (ValueError, RecursionError):

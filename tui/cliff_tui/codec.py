@@ -16,7 +16,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, Literal, Union
 
-from cliff_tui.events import EVENT_NAMES, EVENT_TYPES, GeneratedText
+from cliff_tui.events import EVENT_NAMES, EVENT_TYPES, FORMER_EVENT_NAMES, GeneratedText
 from cliff_tui.text import TEXT_LIMIT, inert
 from cliff_tui.units import is_number
 
@@ -47,7 +47,7 @@ def event_from_plain(plain: Any) -> Any:
     if not isinstance(plain, dict):
         raise DecodeError("an event must be a JSON object")
     name = plain.get("type")
-    cls = EVENT_TYPES.get(name) if isinstance(name, str) else None
+    cls = (EVENT_TYPES.get(name) or FORMER_EVENT_NAMES.get(name)) if isinstance(name, str) else None
     if cls is None:
         raise DecodeError(f"unknown event type {name!r}")
     return from_plain(cls, plain)

@@ -1,6 +1,6 @@
 """A session with no screen: progress and alerts on stderr, samples or results on stdout.
 
-Used by ``--headless`` and scripts; the same session (bus, pipeline, sampler, job, recorder) as the
+Used by ``--headless`` and scripts; the same session (bus, store, sampler, job, recorder) as the
 TUI, fed directly on the producers' threads.
 """
 

@@ -115,5 +115,9 @@ class History:
             series = self._series[name] = Series(self.capacity)
         series.append(t, value)
 
+    def names(self) -> list[str]:
+        """The series made so far."""
+        return list(self._series)
+
     def get(self, name: str) -> Series:
         return self._series.get(name) or Series(1)

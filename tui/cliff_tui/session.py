@@ -1,9 +1,10 @@
-"""One monitoring session: the bus, the pipeline, the sampler, the job, the recorder and the player.
+"""One monitoring session: the bus, the store, the sampler, the job, the recorder and the player.
 
 The TUI, the headless front end, ``export`` and the tests all build a :class:`Session` and read
-``session.pipeline``; none of them wires these parts by hand. Producers (the sampler, a
+``session.store``; none of them wires these parts by hand. Producers (the sampler, a
 job, a recording being replayed) publish on the bus; the session feeds each event into the
-pipeline, writes it to the recorder and hands the alerts the pipeline raised to its listeners.
+store, writes it to the recorder (in the order the store took it) and hands the alerts the store
+raised to its listeners.
 
 Two ways to feed: *queued* (the TUI: producers only append to an inbox, the UI thread calls
 :meth:`drain` once a frame) and *direct* (headless: the event is fed on the producer's thread,
@@ -18,20 +19,20 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cliff_tui.bus import EventBus
 from cliff_tui.errors import Cancelled, CliffError
-from cliff_tui.events import Alert, Notice, RunFailed
+from cliff_tui.events import Alert, Event, Notice, RunFailed, TargetChosen
 from cliff_tui.jobs import Job, Outcome
-from cliff_tui.pipeline import Pipeline
+from cliff_tui.store import Store
 from cliff_tui.thread_priority import lower_other_threads
 
 if TYPE_CHECKING:  # the probes (psutil, NVML) and the player load only where a session uses them
     from cliff_tui.probes.sampler import Sampler, SamplerThread, SamplesInLoop
     from cliff_tui.recording.player import Player, Seek
     from cliff_tui.recording.reader import Recording
-    from cliff_tui.recording.writer import Recorder
+    from cliff_tui.recording.writer import Recorder, RecordingSetup
 
 AlertListener = Callable[[Alert], None]
 
@@ -43,30 +44,31 @@ class Session:
         sampler: Sampler | None = None,
         job: Job | None = None,
         interval: float = 0.5,
-        recorder: Recorder | None = None,
+        recording_setup: RecordingSetup | None = None,
         recording: Recording | None = None,
         speed: int = 1,
-        preload: Iterable[Any] = (),
+        preload: Iterable[Event] = (),
         queued: bool = True,
     ) -> None:
+        """``recording_setup``: how this session's recordings are made (the command line their header
+        names, text or not, redacted or not), whether at start (``--record``) or later (``r``)."""
         self.bus = EventBus()
-        self.pipeline = Pipeline()
+        self.store = Store()
         self.sampler = sampler
         self.job = job
         self.interval = interval
+        self.recording_setup = recording_setup
         self.recorder: Recorder | None = None
         self.recording_failure: str | None = None
         self.player: Player | None = None
         self.cancel = threading.Event()
         self.alert_listeners: list[AlertListener] = []
-        self._inbox: deque[Any] = deque()
-        self._lock = threading.Lock()
+        self._inbox: deque[Event] = deque()
+        self._lock = threading.RLock()  # a recording that fails under it says so through the bus
         self._preload = list(preload)
         self._sampling: SamplerThread | SamplesInLoop | None = None
-        self._stop_recording: Callable[[], None] = lambda: None
+        self._choices: list[Event] = []  # what the user chose in a replay, kept over a backward seek
         self.bus.subscribe(self._inbox.append if queued else self._feed_locked)
-        if recorder is not None:
-            self.attach_recorder(recorder)
         if recording is not None:
             from cliff_tui.recording.player import Player
 
@@ -74,17 +76,20 @@ class Session:
 
     # --- feeding --------------------------------------------------------------------------
 
-    def feed(self, event: Any) -> list[Alert]:
-        """Into the pipeline; the alerts it raised go to the recorder and the listeners."""
-        alerts = self.pipeline.feed(event)
-        for alert in alerts:
-            if self.recorder is not None:
+    def feed(self, event: Event) -> list[Alert]:
+        """Into the store, then to the recorder with the alerts it raised, then the alerts to the
+        listeners: the recording holds what the store took, in the same order."""
+        alerts = self.store.feed(event)
+        if self.recorder is not None:
+            self.recorder.write(event)
+            for alert in alerts:
                 self.recorder.write(alert)
+        for alert in alerts:
             for listener in self.alert_listeners:
                 listener(alert)
         return alerts
 
-    def feed_all(self, events: Iterable[Any]) -> None:
+    def feed_all(self, events: Iterable[Event]) -> None:
         for event in events:
             self.feed(event)
 
@@ -96,17 +101,25 @@ class Session:
             n += 1
         return n
 
-    def _feed_locked(self, event: Any) -> None:
+    def _feed_locked(self, event: Event) -> None:
         with self._lock:
             self.feed(event)
 
     @contextmanager
-    def reading(self) -> Iterator[Pipeline]:
-        """The pipeline held still for a reader on a thread of its own (an exporter's scrape):
+    def reading(self) -> Iterator[Store]:
+        """The store held still for a reader on a thread of its own (an exporter's scrape):
         direct feeding waits on the same lock; in queued mode what was queued is fed first."""
         with self._lock:
             self.drain()
-            yield self.pipeline
+            yield self.store
+
+    def choose_target(self, target: int) -> TargetChosen:
+        """The user's projection target, as an event: recorded, and kept over a replay's seeks."""
+        event = TargetChosen(time.time(), target)
+        if self.player is not None:
+            self._choices.append(event)
+        self.bus.publish(event)
+        return event
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -183,14 +196,24 @@ class Session:
 
     # --- recording ------------------------------------------------------------------------
 
-    def attach_recorder(self, recorder: Recorder) -> None:
-        """Record every event from now on (after what a replay needs to show the screen so far)."""
-        self.stop_recording()
-        self.recorder = recorder
-        recorder.on_failure = self._recording_failed
-        if self.pipeline.latest is not None or self.pipeline.runs:
-            recorder.write_snapshot(self.pipeline)
-        self._stop_recording = self.bus.subscribe(recorder.write)
+    def start_recording(self, path: str | None = None, *, force: bool = False) -> Recorder:
+        """Record to ``path`` (a timestamped name in the working directory where None) from now on,
+        after what rebuilds the state so far: ``--record`` and ``r`` both come here, so their
+        recordings have the same header. Raises :class:`CliffError` where the file cannot be made."""
+        from cliff_tui.recording.writer import Recorder, RecordingSetup, timestamped_name
+
+        setup = self.recording_setup or RecordingSetup(command=[])
+        recorder = Recorder.create(path or timestamped_name(), setup, force=force)
+        self._attach_recorder(recorder)
+        return recorder
+
+    def _attach_recorder(self, recorder: Recorder) -> None:
+        with self._lock:  # direct feeding waits: nothing is fed between the snapshot and the first write
+            self.stop_recording()
+            self.drain()
+            recorder.on_failure = self._recording_failed
+            recorder.write_all(self.store.snapshot_events())
+            self.recorder = recorder
         if self._sampling is not None and self._sampling.in_loop:
             from cliff_tui.probes.sampler import SamplerThread
 
@@ -203,8 +226,6 @@ class Session:
 
     def stop_recording(self) -> Recorder | None:
         recorder, self.recorder = self.recorder, None
-        self._stop_recording()
-        self._stop_recording = lambda: None
         if recorder is not None:
             recorder.close()
         return recorder
@@ -232,15 +253,16 @@ class Session:
             self._apply(self.player.seek_fraction(fraction, now))
 
     def _apply(self, seek: Seek | None) -> None:
-        """A seek announces no alerts: a backward one starts a new pipeline, then the events up to
-        the new position are fed without the detectors, which run once at the end."""
+        """A seek announces no alerts: a backward one starts a new store (with what the user chose
+        during the replay), then the events up to the new position are fed without judging the
+        signs, which are judged once at the end."""
         if seek is None:
             return
         if seek.rebuild:
-            self.pipeline = Pipeline()
-        for event in seek.events:
-            self.pipeline.feed(event, signs=False)
-        self.pipeline.refresh_signs()
+            self.store = Store()
+        for event in [*seek.events, *(self._choices if seek.rebuild else ())]:
+            self.store.feed(event, signs=False)
+        self.store.refresh_signs()
 
 
 def _ignore_pid(pid: int | None) -> None:

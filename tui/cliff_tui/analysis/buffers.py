@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from cliff_tui.events import BufferSize
+from cliff_tui.records import BufferSize
 
 REPORTED_KINDS = ("model", "kv", "compute")
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.cpu_quota import periods_between, ran_out_often, throttled_share
-from cliff_tui.events import CliffEvidence, CliffVerdict, CpuQuota, DecodeWindow, Sample, SpeedVerdict
+from cliff_tui.events import DecodeWindow, Sample
+from cliff_tui.records import CliffEvidence, CliffVerdict, CpuQuota, SpeedVerdict
 from cliff_tui.units import fmt_bytes
 
 

@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.events import CpuQuota
+from cliff_tui.records import CpuQuota
 
 RECENT_S = 10.0
 

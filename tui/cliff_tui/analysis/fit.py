@@ -37,7 +37,7 @@ from cliff_tui.analysis.theory import (
     pad_n_ctx,
 )
 from cliff_tui.analysis.triangulation import Triangulation
-from cliff_tui.events import ModelInfo, RunResult
+from cliff_tui.records import ModelInfo, RunResult
 from cliff_tui.units import fmt_bytes
 
 Basis = Literal["measured", "theory + measured", "theory"]

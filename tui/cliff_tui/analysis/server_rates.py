@@ -3,13 +3,18 @@
 llama-server's ``/metrics`` has ``llamacpp:tokens_predicted_total`` and
 ``llamacpp:tokens_predicted_seconds_total`` (time spent generating): their deltas between two
 scrapes give the decode speed of whatever ran in between; the prompt pair gives prefill speed.
+One :class:`ServerRateMeter` follows one server's stream of readings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cliff_tui.events import SessionReading
+from cliff_tui.events import ServerReading
+from cliff_tui.records import ServerRates
+
+NO_REQUEST_YET = "no request has run since attaching: send one to measure"
+OLLAMA_HAS_NO_COUNTERS = "Ollama's /api/ps reports no token counters"
 
 
 @dataclass(frozen=True)
@@ -24,27 +29,21 @@ class CounterMove:
         return self.n_tokens / self.seconds
 
 
-@dataclass(frozen=True)
-class SessionRates:
-    decode_tok_s: float | None
-    prompt_tok_s: float | None
-    decode_reason: str | None
-    prompt_reason: str | None
-    decode_moved: CounterMove | None = None  # the decode counters moved in this very update
+class ServerRateMeter:
+    """The rates after each reading of one server. A rate changes only when its counters moved
+    (llama-server counts a request's tokens when it ends), so between requests the last one is
+    repeated."""
 
-
-class SessionRateMeter:
     def __init__(self) -> None:
-        self._prev: SessionReading | None = None
-        self.decode_tok_s: float | None = None
-        self.prompt_tok_s: float | None = None
+        self._prev: ServerReading | None = None
+        self._decode_tok_s: float | None = None
+        self._prompt_tok_s: float | None = None
 
-    def update(self, reading: SessionReading) -> SessionRates:
-        """The rates after ``reading``; a rate changes only when its counters moved (llama-server
-        counts a request's tokens when it ends), so between requests the last one is repeated."""
+    def update(self, reading: ServerReading) -> tuple[ServerRates, CounterMove | None]:
+        """The rates after ``reading``, and the decode counters' move in this very update."""
         prev, self._prev = self._prev, reading
         if reading.status != "ok" or prev is None or prev.status != "ok":
-            return self.rates(reading)
+            return self._rates(reading), None
         decode = _move(
             prev.tokens_predicted_total,
             reading.tokens_predicted_total,
@@ -58,25 +57,22 @@ class SessionRateMeter:
             reading.prompt_seconds_total,
         )
         if decode is not None:
-            self.decode_tok_s = decode.tok_s
+            self._decode_tok_s = decode.tok_s
         if prompt is not None:
-            self.prompt_tok_s = prompt.tok_s
-        return self.rates(reading, decode)
+            self._prompt_tok_s = prompt.tok_s
+        return self._rates(reading), decode
 
-    def rates(self, reading: SessionReading, decode_moved: CounterMove | None = None) -> SessionRates:
+    def _rates(self, reading: ServerReading) -> ServerRates:
         if reading.status != "ok":
             why = reading.message or reading.status
-            return SessionRates(self.decode_tok_s, self.prompt_tok_s, why, why)
+            return ServerRates(self._decode_tok_s, self._prompt_tok_s, why, why)
         if reading.source == "ollama":
-            why = "Ollama's /api/ps reports no token counters"
-            return SessionRates(None, None, why, why)
-        wait = "no request has run since attaching: send one to measure"
-        return SessionRates(
-            self.decode_tok_s,
-            self.prompt_tok_s,
-            None if self.decode_tok_s is not None else wait,
-            None if self.prompt_tok_s is not None else wait,
-            decode_moved,
+            return ServerRates(None, None, OLLAMA_HAS_NO_COUNTERS, OLLAMA_HAS_NO_COUNTERS)
+        return ServerRates(
+            self._decode_tok_s,
+            self._prompt_tok_s,
+            None if self._decode_tok_s is not None else NO_REQUEST_YET,
+            None if self._prompt_tok_s is not None else NO_REQUEST_YET,
         )
 
 

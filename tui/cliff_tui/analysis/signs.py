@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.speed import fit_line
-from cliff_tui.events import Sample, SpeedVerdict
+from cliff_tui.events import Sample
+from cliff_tui.records import SpeedVerdict
 from cliff_tui.units import fmt_bytes, fmt_rate
 
 LEVELS = ("na", "ok", "info", "amber", "red")

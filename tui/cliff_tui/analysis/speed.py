@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.throttle import throttle_cause
-from cliff_tui.events import DecodePoint, SpeedVerdict
+from cliff_tui.records import DecodePoint, SpeedVerdict
 
 
 @dataclass(frozen=True)

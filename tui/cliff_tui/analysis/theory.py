@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from cliff_tui.analysis.ggml_types import CACHE_TYPE_BYTES, CACHE_TYPES, QUANTISED, TYPE_BLOCKS
-from cliff_tui.events import ModelInfo, RunSettings
+from cliff_tui.records import FlashAttn, ModelInfo, RunSettings
 from cliff_tui.units import fmt_bytes
 
 N_CTX_PAD = 256  # llama_context pads n_ctx (and n_ctx per sequence) to a multiple of 256
 SWA_PAD = 256  # the sliding-window cache is padded to 256 cells as well
 STATE_TYPE = "f32"  # recurrent states are always f32
 
-FlashAttn = Literal["on", "off", "auto"]
+
 LayerKind = Literal["global", "swa", "recurrent"]
 
 

@@ -22,7 +22,8 @@ from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.buffers import gpu_index_of
 from cliff_tui.analysis.speed import fit_line
 from cliff_tui.analysis.theory import N_CTX_PAD
-from cliff_tui.events import RunFailed, RunResult, TriangulationPlanned
+from cliff_tui.events import RunFailed, TriangulationPlanned
+from cliff_tui.records import RunResult
 from cliff_tui.units import KiB, MiB, fmt_bytes
 
 

@@ -53,9 +53,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     session = _session(args, job, queued=not args.headless)
     if not args.headless:
         return _tui(args, session)
-    if _run_headless(session) == "cancelled" or not session.pipeline.results:
+    if _run_headless(session) == "cancelled" or not session.store.runs.results:
         return EXIT_INTERRUPTED
-    result = session.pipeline.results[-1]
+    result = session.store.runs.results[-1]
     if args.output == "md":
         print(markdown_table(run_rows([result]), RUN_COLUMNS))
         if result.cliff is not None:
@@ -76,7 +76,7 @@ def cmd_triangulate(args: argparse.Namespace) -> int:
         return _tui(args, session)
     if _run_headless(session) == "cancelled":
         return EXIT_INTERRUPTED
-    print(triangulation_output(session.pipeline, args.output))
+    print(triangulation_output(session.store, args.output))
     return _exit_code(session)
 
 
@@ -85,7 +85,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from cliff_tui.session import Session
     from cliff_tui.ui.app import CliffApp
 
-    session = Session(recording=open_recording(args.file, lazy=True), speed=args.speed)
+    session = Session(
+        recording=open_recording(args.file, lazy=True), speed=args.speed, recording_setup=_recording_setup(args)
+    )
     need_terminal("replay")
     app = CliffApp("replay", session)
     app.run()
@@ -214,7 +216,7 @@ def _job_for(args: argparse.Namespace):
 
 def _run_settings(args: argparse.Namespace, depth: int):
     from cliff_tui.engine.default_model import default_model_path
-    from cliff_tui.events import RunSettings
+    from cliff_tui.records import RunSettings
 
     model = args.model or str(default_model_path())
     return RunSettings(
@@ -264,15 +266,24 @@ def _session(args: argparse.Namespace, job=None, *, sampler=None, queued: bool =
 
     if not getattr(args, "headless", False):
         need_terminal(args.command)  # before --record creates its file
-    recorder = None
+    session = Session(
+        sampler=sampler or _sampler_for(job),
+        job=job,
+        interval=args.interval,
+        recording_setup=_recording_setup(args),
+        queued=queued,
+    )
     if getattr(args, "record", None):
-        from cliff_tui.recording.writer import Recorder
+        session.start_recording(args.record, force=args.force)
+    return session
 
-        recorder = Recorder.create(
-            args.record, command=sys.argv[1:], force=args.force, record_text=args.record_text, redact=args.redact
-        )
-    return Session(
-        sampler=sampler or _sampler_for(job), job=job, interval=args.interval, recorder=recorder, queued=queued
+
+def _recording_setup(args: argparse.Namespace):
+    """How the session's recordings are made, whether by ``--record`` or by ``r`` on the screen."""
+    from cliff_tui.recording.writer import RecordingSetup
+
+    return RecordingSetup(
+        command=sys.argv[1:], record_text=getattr(args, "record_text", False), redact=getattr(args, "redact", False)
     )
 
 
@@ -291,8 +302,6 @@ def _tui(args: argparse.Namespace, session) -> int:
     session.start_sampling(in_loop=True)  # the first sample is waiting when the screen's code has loaded
     from cliff_tui.ui.app import CliffApp
 
-    app = CliffApp(
-        args.command, session, record_text=getattr(args, "record_text", False), redact=getattr(args, "redact", False)
-    )
+    app = CliffApp(args.command, session)
     app.run()
     return app.return_code or 0

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, BinaryIO, Literal
 import numpy as np
 
 from cliff_tui.errors import DoesNotFit
-from cliff_tui.events import FillMode
+from cliff_tui.records import FillMode
 from cliff_tui.units import fmt_bytes
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from cliff_tui.errors import BadInput, file_error
-from cliff_tui.events import ModelInfo
+from cliff_tui.records import ModelInfo
 from cliff_tui.text import inert
 
 GGUF_MAGIC = b"GGUF"

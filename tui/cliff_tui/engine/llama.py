@@ -18,7 +18,7 @@ import numpy as np
 
 from cliff_tui.engine.llama_log import LEVEL_ERROR, LEVEL_WARN, LlamaLog
 from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
-from cliff_tui.events import RunSettings
+from cliff_tui.records import RunSettings
 
 # GGML type ids (ggml.h) for the KV cache types llama.cpp accepts with -ctk/-ctv.
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}

@@ -20,7 +20,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from cliff_tui.events import BufferSize, LogLine
+from cliff_tui.events import LogLine
+from cliff_tui.records import BufferSize
 from cliff_tui.text import LOG_LIMIT, inert
 from cliff_tui.units import KiB, MiB
 

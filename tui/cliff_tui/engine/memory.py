@@ -6,7 +6,8 @@ import statistics
 import threading
 
 from cliff_tui.analysis.cliff import RunWatch
-from cliff_tui.events import GpuDelta, Sample
+from cliff_tui.events import Sample
+from cliff_tui.records import GpuDelta
 
 
 class MemoryTracker:

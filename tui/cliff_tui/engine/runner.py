@@ -34,27 +34,21 @@ from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.tokens import MINIMAL_PROMPT, prompt_tokens
 from cliff_tui.errors import Cancelled, CliffError, DoesNotFit
 from cliff_tui.events import (
-    BufferSize,
     BuffersReported,
-    CliffVerdict,
-    DecodePoint,
     DecodeWindow,
-    FillMode,
     GeneratedText,
     LogLine,
-    ModelInfo,
     Notice,
     RunFailed,
     RunFinished,
     RunProgress,
-    RunResult,
-    RunSettings,
     RunStarted,
 )
 from cliff_tui.heap import return_freed_memory
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.sampler import Sampler, SamplerThread
 from cliff_tui.probes.system import read_major_faults
+from cliff_tui.records import BufferSize, CliffVerdict, DecodePoint, FillMode, ModelInfo, RunResult, RunSettings
 from cliff_tui.units import fmt_bytes
 
 Publish = Callable[[object], None]

@@ -12,8 +12,8 @@ import psutil
 
 from cliff_tui.analysis.ggml_types import CACHE_TYPE_BYTES, QUANTISED
 from cliff_tui.errors import BadInput
-from cliff_tui.events import CpuQuota, RunSettings
 from cliff_tui.probes.cgroup import read_cpu_quota
+from cliff_tui.records import CpuQuota, RunSettings
 
 
 def resolve_settings(settings: RunSettings) -> tuple[RunSettings, list[str]]:

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cliff_tui.events import RunFailed, RunSettings
+from cliff_tui.events import RunFailed
+from cliff_tui.records import RunSettings
 
 _CTX = multiprocessing.get_context("spawn")
 _tracker_lock = threading.Lock()

@@ -1,7 +1,7 @@
-"""The session's pipeline as Prometheus metric families, read at scrape time.
+"""The session's store as Prometheus metric families, read at scrape time.
 
-Every number is the pipeline's, as the dashboard and the run records have it (the CPU quota is
-the samples' own): the collector reads ``session.pipeline`` (held still by ``session.reading()``)
+Every number is the store's, as the dashboard and the run records have it (the CPU quota is
+the samples' own): the collector reads ``session.store`` (held still by ``session.reading()``)
 and formats nothing of its own. Names carry the ``cliff_`` prefix and base
 units (bytes, seconds, ratios as 0–1), and no colons (Prometheus keeps those for recording rules).
 Every family is yielded on every scrape, with no sample where the value is unknown here (no GPU,
@@ -23,22 +23,23 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from cliff_tui import __version__
-from cliff_tui.events import ATTACH_RUN_ID, GpuReading, Sample, SessionReading
+from cliff_tui.events import ATTACH_RUN_ID, Sample, ServerReading
 from cliff_tui.exporter.plans import CapacityPlan
 from cliff_tui.jobs.attach import healthy
-from cliff_tui.pipeline import Pipeline
 from cliff_tui.probes.nvidia import CLOCK_EVENT_REASONS
+from cliff_tui.records import GpuReading
 from cliff_tui.session import Session
+from cliff_tui.store import Store
 
-# The pipeline's sign words as a number a panel or an alert can compare: 0 fine … 3 cliff.
+# The store's sign words as a number a panel or an alert can compare: 0 fine … 3 cliff.
 # "na" (the sign cannot be read here) is 0 too; cliff_sign_applicable tells it apart from "ok".
 SIGN_LEVELS = {"na": 0, "ok": 0, "info": 1, "amber": 2, "red": 3}
 SIGN_NAMES = {1: "spill", 2: "ram", 3: "speed"}
 
 
-def verdict_level(pipeline: Pipeline) -> int:
+def verdict_level(store: Store) -> int:
     """The one cliff verdict (the screen's and the run record's): ok 0, info 1, amber 2, red 3."""
-    return SIGN_LEVELS.get(pipeline.cliff_verdict().level, 0)
+    return SIGN_LEVELS.get(store.cliff_verdict().level, 0)
 
 
 class CliffCollector(Collector):
@@ -47,16 +48,16 @@ class CliffCollector(Collector):
         self.plans = list(plans)
 
     def collect(self) -> Iterator[Metric]:
-        with self.session.reading() as pipeline:
+        with self.session.reading() as store:
             families = [
-                *_memory(pipeline.latest),
-                *_cpu_quota(pipeline.latest),
-                *_spill(pipeline),
-                *_gpus(pipeline.latest),
-                *_signs(pipeline),
-                *_decode(pipeline),
-                *_process(pipeline.latest),
-                *_servers(pipeline),
+                *_memory(store.machine.latest),
+                *_cpu_quota(store.machine.latest),
+                *_spill(store),
+                *_gpus(store.machine.latest),
+                *_signs(store),
+                *_decode(store),
+                *_process(store.machine.latest),
+                *_servers(store),
             ]
         yield from families
         yield from _plans(self.plans)
@@ -131,7 +132,7 @@ def _cpu_quota(s: Sample | None) -> list[Metric]:
     return [cpus, periods, throttled]
 
 
-def _spill(p: Pipeline) -> list[Metric]:
+def _spill(p: Store) -> list[Metric]:
     shared = _gauge(
         "cliff_shared_vram_above_baseline_bytes",
         "Shared VRAM (GPU memory the driver moved into system RAM) above its baseline: sign 1's measure",
@@ -140,10 +141,10 @@ def _spill(p: Pipeline) -> list[Metric]:
     swap = _gauge(
         "cliff_swap_above_baseline_bytes", "Swap in use above its baseline: sign 1's measure on a machine with no GPU"
     )
-    gpus = {g.index: g for g in p.latest.gpus} if p.latest is not None else {}
-    for index, delta in p.shared_above_baseline().items():
+    gpus = {g.index: g for g in p.machine.latest.gpus} if p.machine.latest is not None else {}
+    for index, delta in p.machine.shared_above_baseline().items():
         shared.add_metric([str(index), gpus[index].uuid or ""], delta)
-    _add(swap, [], p.swap_above_baseline())
+    _add(swap, [], p.machine.swap_above_baseline())
     return [shared, swap]
 
 
@@ -170,7 +171,7 @@ def _gpus(s: Sample | None) -> list[Metric]:
 # --- the signs and the speed ----------------------------------------------------------------------
 
 
-def _signs(p: Pipeline) -> list[Metric]:
+def _signs(p: Store) -> list[Metric]:
     level = _gauge(
         "cliff_sign_level",
         "Each sign of the cliff: 0 fine (or not applicable), 1 information, 2 warning, 3 cliff",
@@ -181,7 +182,7 @@ def _signs(p: Pipeline) -> list[Metric]:
         "1 where the sign can be read on this host (0: no shared VRAM reported, no token source, …)",
         ("sign", "name"),
     )
-    for number, state in sorted(p.signs.items()):
+    for number, state in sorted(p.signs.current.items()):
         labels = [str(number), SIGN_NAMES.get(number, str(number))]
         level.add_metric(labels, SIGN_LEVELS.get(state.level, 0))
         applicable.add_metric(labels, float(state.level != "na"))
@@ -190,7 +191,7 @@ def _signs(p: Pipeline) -> list[Metric]:
     return [level, applicable, verdict]
 
 
-def _decode(p: Pipeline) -> list[Metric]:
+def _decode(p: Store) -> list[Metric]:
     w = p.last_window
     source = [] if w is None else ["attach" if w.run_id == ATTACH_RUN_ID else "run"]
     rate = _gauge(
@@ -233,7 +234,7 @@ def _process(s: Sample | None) -> list[Metric]:
 # --- attached servers -----------------------------------------------------------------------------
 
 
-def _servers(p: Pipeline) -> list[Metric]:
+def _servers(p: Store) -> list[Metric]:
     up = _gauge(
         "cliff_up",
         "1 while the attached server answers as the server it should be, 0 when unreachable or not it",
@@ -253,10 +254,10 @@ def _servers(p: Pipeline) -> list[Metric]:
     model = _gauge(
         "cliff_server_model_bytes", "Where the models an Ollama server has loaded live", ("server", "model", "tier")
     )
-    for key, reading in p.sessions.items():
+    for reading in p.servers.readings.values():
         server = _server_label(reading.url)
         up.add_metric([server, reading.source], float(healthy(reading)))
-        rates = p.server_rates.get(key)
+        rates = reading.rates
         if rates is not None and reading.source != "ollama":
             _add(decode, [server], rates.decode_tok_s)
             _add(prompt, [server], rates.prompt_tok_s)
@@ -266,13 +267,13 @@ def _servers(p: Pipeline) -> list[Metric]:
     return [up, decode, prompt, running, n_ctx, used, model]
 
 
-def _slots(reading: SessionReading, server: str, n_ctx: GaugeMetricFamily, used: GaugeMetricFamily) -> None:
+def _slots(reading: ServerReading, server: str, n_ctx: GaugeMetricFamily, used: GaugeMetricFamily) -> None:
     for slot in reading.slots:
         _add(n_ctx, [server, str(slot.id)], slot.n_ctx)
         _add(used, [server, str(slot.id)], slot.tokens_used)
 
 
-def _models(reading: SessionReading, server: str, family: GaugeMetricFamily) -> None:
+def _models(reading: ServerReading, server: str, family: GaugeMetricFamily) -> None:
     for m in reading.models:
         if m.size_bytes is None or m.size_vram_bytes is None:
             continue

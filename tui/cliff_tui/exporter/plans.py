@@ -2,7 +2,7 @@
 
 FILE is what ``cliff-tui triangulate`` wrote: its JSON output (``-o json``, one record or several
 with ``kv_compare``), its JSON lines (``-o jsonl``), or a recording of it (``--record``), which is
-replayed through a pipeline to the same records. Only numbers and two words leave the file: the
+replayed through a store to the same records. Only numbers and two words leave the file: the
 model's file name (never its directory) and the KV cache type.
 """
 
@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from cliff_tui.errors import BadInput, read_bytes
-from cliff_tui.events import UNKNOWN_MODEL
-from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import parse_recording
 from cliff_tui.recording.schema import FORMAT
+from cliff_tui.records import UNKNOWN_MODEL
 from cliff_tui.report.triangulation import triangulation_record
+from cliff_tui.store import Store
 from cliff_tui.text import file_name
 from cliff_tui.units import is_number
 
@@ -75,13 +75,13 @@ def _records(data: bytes, name: str) -> list[dict[str, Any]]:
 
 def _from_recording(data: bytes, name: str) -> list[dict[str, Any]]:
     recording = parse_recording(data, name)
-    pipeline = Pipeline()
+    store = Store()
     for event in recording.events:
-        pipeline.feed(event, signs=False)
-    groups = pipeline.run_groups()
+        store.feed(event, signs=False)
+    groups = store.runs.groups()
     return [
         triangulation_record(tri, groups[key].results, groups[key].failures, groups[key].model)
-        for key, tri in pipeline.triangulations().items()
+        for key, tri in store.runs.triangulations().items()
         if groups[key].results
     ]
 

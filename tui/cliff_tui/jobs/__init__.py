@@ -1,7 +1,7 @@
 """Work that produces events besides the sampler: a run, a triangulation, an attached server.
 
 A job blocks until it is done or ``cancel`` is set, publishing events as it goes; what it measured
-reaches the front ends through those events (the pipeline), never through the job object. The
+reaches the front ends through those events (the store), never through the job object. The
 session runs it: the TUI in a thread worker, headless on its main thread.
 """
 

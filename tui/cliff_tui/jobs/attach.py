@@ -1,7 +1,7 @@
 """``cliff-tui attach``: watch a chat that is already running, without loading a model.
 
 :class:`AttachJob` polls llama-server (``/metrics``, ``/slots``) and/or Ollama (``/api/ps``). It
-publishes a :class:`SessionReading` per poll, and the server's decode rate as one stream of
+publishes a :class:`ServerReading` per poll, and the server's decode rate as one stream of
 ``DecodeWindow`` events: the only source of its tok/s series and of sign 3. A server that does
 not answer is retried with exponential backoff; nothing here raises on network trouble.
 
@@ -18,21 +18,15 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cliff_tui.analysis.server_rates import CounterMove, SessionRateMeter
+from cliff_tui.analysis.server_rates import CounterMove, ServerRateMeter
 from cliff_tui.errors import BadInput
-from cliff_tui.events import (
-    ATTACH_RUN_ID,
-    UNKNOWN_MODEL,
-    DecodeWindow,
-    MeasuredCapacity,
-    Notice,
-    SessionReading,
-)
+from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, Notice, ServerReading
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.probes.endpoints.discovery import DEFAULT_URLS, READERS, describe_discovery, is_found
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, probe_llama_server, read_model_file
 from cliff_tui.probes.endpoints.ollama import OLLAMA
+from cliff_tui.records import UNKNOWN_MODEL
 from cliff_tui.text import inert
 
 MAX_BACKOFF_S = 30.0
@@ -45,10 +39,10 @@ class Endpoint:
     source: str  # "llama-server" | "ollama"
     url: str
 
-    def read(self, timeout: float) -> SessionReading:
+    def read(self, timeout: float) -> ServerReading:
         return READERS[self.source](self.url, timeout)
 
-    def probe(self, timeout: float) -> tuple[SessionReading, SlotsRead]:
+    def probe(self, timeout: float) -> tuple[ServerReading, SlotsRead]:
         """The reading and, for llama-server, what /slots says about running requests."""
         if self.source != LLAMA_SERVER:
             return self.read(timeout), SlotsRead()
@@ -95,7 +89,7 @@ class LiveDecodeMeter:
         return rates
 
 
-def healthy(reading: SessionReading) -> bool:
+def healthy(reading: ServerReading) -> bool:
     """Worth polling at the normal pace: it answers as the server it should be."""
     return reading.status in ("ok", "no-metrics")
 
@@ -115,17 +109,18 @@ class Poller:
         self.found = not quiet
         self.failures = 0
         self.due = 0.0
-        self.last: SessionReading | None = None
+        self.last: ServerReading | None = None
         self.live: list[LiveRate] = []
         self.model_checked = False  # the served model held against a measured one since the server came back
         self._meter = LiveDecodeMeter()
-        self._counters = SessionRateMeter()
+        self._counters = ServerRateMeter()
+        self._moved: CounterMove | None = None  # the decode counters' move at the latest poll
         self._live_since_move = False
 
     def backoff(self) -> float:
         return min(self.ceiling, max(self.interval, 1.0) * 2 ** (self.failures - 1))
 
-    def poll(self, timeout: float) -> SessionReading | None:
+    def poll(self, timeout: float) -> ServerReading | None:
         reading, slots = self.endpoint.probe(timeout)
         self.live = self._meter.update(slots)
         if healthy(reading):
@@ -134,17 +129,19 @@ class Poller:
             self.failures += 1
             delay = self.backoff()
             reading = dataclasses.replace(reading, message=f"{reading.message}; retrying in {delay:.0f} s")
+        rates, self._moved = self._counters.update(reading)
+        reading = dataclasses.replace(reading, rates=rates)
         self.due = time.monotonic() + delay
         self.last = reading
         self.found = self.found or is_found(reading)
         return reading if self.found else None
 
-    def windows(self, reading: SessionReading) -> list[DecodeWindow]:
+    def windows(self, reading: ServerReading) -> list[DecodeWindow]:
         """This poll's decode rate: /slots' progress while a request runs; otherwise the counters'
         move when a request ended that no two reads of /slots caught (never both for one request)."""
         out = [live_window(reading.t, rate) for rate in self.live]
         self._live_since_move = self._live_since_move or bool(out)
-        moved = self._counters.update(reading).decode_moved
+        moved = self._moved
         if moved is not None:
             if not self._live_since_move:
                 out.append(counter_window(reading, moved))
@@ -242,7 +239,7 @@ class AttachJob:
         return polled
 
     def _check_served_model(
-        self, poller: Poller, reading: SessionReading, measured: MeasuredCapacity, publish: Publish
+        self, poller: Poller, reading: ServerReading, measured: MeasuredCapacity, publish: Publish
     ) -> None:
         """Once each time the server comes back (it may have restarted with another model): the
         name of the GGUF it serves against the one the triangulation measured. A /props that does
@@ -283,7 +280,7 @@ class AttachJob:
         wait = min(p.due for p in pollers) - time.monotonic()
         message = f"{describe_discovery(_without_retry(readings))}; looking again in {max(wait, 0):.0f} s"
         publish(
-            SessionReading(
+            ServerReading(
                 t=time.time(),
                 source=LLAMA_SERVER,
                 url=DEFAULT_URLS[LLAMA_SERVER],
@@ -305,7 +302,7 @@ def live_window(t: float, rate: LiveRate) -> DecodeWindow:
     )
 
 
-def counter_window(reading: SessionReading, moved: CounterMove) -> DecodeWindow:
+def counter_window(reading: ServerReading, moved: CounterMove) -> DecodeWindow:
     """A finished request's rate from /metrics; its depth is the most cells a slot holds now."""
     depth = max((s.tokens_used or 0 for s in reading.slots), default=0)
     return DecodeWindow(
@@ -335,5 +332,5 @@ def _searching_title() -> str:
     return f"looking for {ports}"
 
 
-def _without_retry(readings: dict[str, SessionReading]) -> dict[str, SessionReading]:
+def _without_retry(readings: dict[str, ServerReading]) -> dict[str, ServerReading]:
     return {s: dataclasses.replace(r, message=r.message.split("; retrying in ")[0]) for s, r in readings.items()}

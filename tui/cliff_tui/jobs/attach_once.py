@@ -8,19 +8,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cliff_tui.analysis.server_rates import SessionRateMeter
+from cliff_tui.analysis.server_rates import ServerRateMeter
 from cliff_tui.codec import to_plain
-from cliff_tui.events import SessionReading, SlotReading
+from cliff_tui.events import ServerReading
 from cliff_tui.jobs.attach import DISCOVERY_TIMEOUT_S, AttachJob, Endpoint, LiveDecodeMeter, LiveRate
 from cliff_tui.probes.endpoints.discovery import discover
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead
 from cliff_tui.probes.endpoints.ollama import OLLAMA
+from cliff_tui.records import SlotReading
 from cliff_tui.report.samples import sample_record
 
 RECORD_KEYS = {LLAMA_SERVER: "llama_server", OLLAMA: "ollama"}
 NOTHING_GENERATED = "no tokens generated since llama-server started: send a chat request, then attach again"
 
-Probe = tuple[SessionReading, SlotsRead]
+Probe = tuple[ServerReading, SlotsRead]
 
 
 def attach_once(
@@ -77,7 +78,7 @@ def _live_rate(before: SlotsRead, after: SlotsRead) -> LiveRate | None:
     return LiveRate(rates[0].slot, total, max(r.seconds for r in rates), max(r.depth or 0 for r in rates))
 
 
-def _verdict(job: AttachJob, latest: dict[str, SessionReading], sample: Any) -> tuple[bool, str | None]:
+def _verdict(job: AttachJob, latest: dict[str, ServerReading], sample: Any) -> tuple[bool, str | None]:
     if any(r.status == "ok" for r in latest.values()):
         return True, None
     process = sample.process
@@ -89,7 +90,7 @@ def _verdict(job: AttachJob, latest: dict[str, SessionReading], sample: Any) -> 
 
 
 def endpoint_record(
-    reading: SessionReading, later: SessionReading | None = None, live: LiveRate | None = None
+    reading: ServerReading, later: ServerReading | None = None, live: LiveRate | None = None
 ) -> dict[str, Any]:
     """A reading as ``--once --json`` reports it, with decode/prompt tok/s or the reason there are none."""
     latest = later or reading
@@ -109,11 +110,11 @@ def endpoint_record(
     return record
 
 
-def _rates(reading: SessionReading, later: SessionReading | None, live: LiveRate | None) -> dict[str, Any]:
-    meter = SessionRateMeter()
-    rates = meter.update(reading)
+def _rates(reading: ServerReading, later: ServerReading | None, live: LiveRate | None) -> dict[str, Any]:
+    meter = ServerRateMeter()
+    rates, _ = meter.update(reading)
     if later is not None:
-        rates = meter.update(later)
+        rates, _ = meter.update(later)
     latest = later or reading
     decode = _rate_or_average(
         rates.decode_tok_s,
@@ -141,7 +142,7 @@ def _rates(reading: SessionReading, later: SessionReading | None, live: LiveRate
 def _rate_or_average(
     rate: float | None,
     reason: str | None,
-    latest: SessionReading,
+    latest: ServerReading,
     tokens: float | None,
     seconds: float | None,
     live: LiveRate | None = None,
@@ -161,7 +162,7 @@ def _rate_or_average(
     return None, None, NOTHING_GENERATED
 
 
-def _llama_fields(r: SessionReading) -> dict[str, Any]:
+def _llama_fields(r: ServerReading) -> dict[str, Any]:
     return {
         "requests_processing": r.requests_processing,
         "tokens_predicted_total": r.tokens_predicted_total,

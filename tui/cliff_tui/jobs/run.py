@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.errors import check_readable
-from cliff_tui.events import Notice, RunSettings
+from cliff_tui.events import Notice
 from cliff_tui.jobs import OnWorker, Outcome, Publish
+from cliff_tui.records import RunSettings
 
 if TYPE_CHECKING:
     from cliff_tui.engine.fill import FillChoice

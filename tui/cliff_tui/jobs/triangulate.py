@@ -33,18 +33,7 @@ from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.tokens import check_rereadable
 from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
 from cliff_tui.errors import BadInput, Cancelled
-from cliff_tui.events import (
-    DecodePoint,
-    FillMode,
-    ModelInfo,
-    Notice,
-    RunFailed,
-    RunFinished,
-    RunResult,
-    RunSettings,
-    Sample,
-    TriangulationPlanned,
-)
+from cliff_tui.events import Notice, RunFailed, RunFinished, Sample, TriangulationPlanned
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.jobs.triangulation_plan import (
     DEFAULT_DEPTHS,
@@ -55,6 +44,7 @@ from cliff_tui.jobs.triangulation_plan import (
 )
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.sampler import Sampler
+from cliff_tui.records import DecodePoint, FillMode, ModelInfo, RunResult, RunSettings
 from cliff_tui.units import fmt_bytes, fmt_duration
 
 OVERSHOOT = 1.25  # a triangulation this much longer than it said it would take says so

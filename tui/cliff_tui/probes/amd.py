@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cliff_tui.events import GpuReading
+from cliff_tui.records import GpuReading
 from cliff_tui.text import inert
 
 AMD_VENDOR_ID = "0x1002"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from cliff_tui.events import CgroupReading, CpuQuota
+from cliff_tui.records import CgroupReading, CpuQuota
 
 # v1 reports "no limit" as PAGE_COUNTER_MAX pages: 9223372036854771712 with 4 KiB pages.
 V1_UNLIMITED = 1 << 62

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from cliff_tui.events import GpuProcess, GpuReading
+from cliff_tui.records import GpuProcess, GpuReading
 from cliff_tui.text import inert
 from cliff_tui.units import KiB
 

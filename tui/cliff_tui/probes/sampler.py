@@ -8,12 +8,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from cliff_tui.events import NO_GPU, GpuReading, ProcessReading, Sample
+from cliff_tui.events import Sample
 from cliff_tui.probes.amd import AmdSysfsProbe
 from cliff_tui.probes.cgroup import CgroupLimits
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.shared_vram import SharedVramBackend, Unavailable, choose_backends, fill_shared
 from cliff_tui.probes.system import ProcessProbe, read_cpu_busy_s, read_memory
+from cliff_tui.records import NO_GPU, GpuReading, ProcessReading
 
 CPU_ONLY_TIERS = "RAM and swap are the memory tiers"
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from cliff_tui.events import GpuProcess, GpuReading
 from cliff_tui.probes.amd import read_sysfs_int
+from cliff_tui.records import GpuProcess, GpuReading
 
 NVIDIA_LINUX_REASON = (
     "not available: NVIDIA's Linux driver has no shared-memory fallback (a full VRAM fails the "

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import psutil
 
 from cliff_tui.errors import BadInput
-from cliff_tui.events import ProcessReading, RamReading, SwapReading
+from cliff_tui.records import ProcessReading, RamReading, SwapReading
 from cliff_tui.text import inert
 from cliff_tui.units import KiB
 

@@ -1,2 +1,2 @@
 """Recordings: every event of a session as JSON lines, written as it happens and read back
-into the same pipeline. No Textual."""
+into the same store. No Textual."""

@@ -12,24 +12,19 @@ from typing import Any
 
 from cliff_tui.analysis.cliff import RunWatch, cliff_verdict, memory_sign
 from cliff_tui.analysis.speed import classify_speed
-from cliff_tui.events import (
+from cliff_tui.events import BuffersReported, DecodeWindow, RunFinished, RunProgress, RunStarted, Sample
+from cliff_tui.probes.sampler import CPU_ONLY_TIERS
+from cliff_tui.records import (
     BufferSize,
-    BuffersReported,
     DecodePoint,
-    DecodeWindow,
     GpuDelta,
     GpuReading,
     ModelInfo,
     RamReading,
-    RunFinished,
-    RunProgress,
     RunResult,
     RunSettings,
-    RunStarted,
-    Sample,
     SwapReading,
 )
-from cliff_tui.probes.sampler import CPU_ONLY_TIERS
 from cliff_tui.units import GiB, MiB
 
 T0 = 1_800_000_000.0

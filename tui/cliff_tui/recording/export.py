@@ -1,6 +1,6 @@
 """``cliff-tui export``: a recording as tables for spreadsheets (csv), scripts (json) and bug
 reports (md), or as a recording again (jsonl: to share, with ``--redact``). The events go through
-the same pipeline as a replay, so alerts and the triangulation are recomputed, not copied."""
+the same store as a replay, so alerts and the triangulation are recomputed, not copied."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import time
 from typing import Any
 
 from cliff_tui.events import Alert, Sample
-from cliff_tui.pipeline import Pipeline
 from cliff_tui.recording.reader import Recording, open_recording
 from cliff_tui.recording.redact import recording_lines, redact_recording
 from cliff_tui.report.runs import RUN_COLUMNS, failure_record, run_record, run_rows
 from cliff_tui.report.samples import sample_record
 from cliff_tui.report.tables import csv_table, dumps, markdown_table
 from cliff_tui.report.triangulation import triangulation_markdown, triangulation_output
+from cliff_tui.store import Store
 from cliff_tui.text import inert
 from cliff_tui.units import fmt_bytes, fmt_duration
 
@@ -26,19 +26,19 @@ def export(path: str, fmt: str, table: str = "samples", redact: bool = False) ->
         recording = redact_recording(recording)
     if fmt == "jsonl":
         return recording_lines(recording)
-    pipeline = replay_all(recording)
+    store = replay_all(recording)
     if fmt == "csv":
-        return _csv(recording, pipeline, table)
+        return _csv(recording, store, table)
     if fmt == "json":
-        return json.dumps(_json(recording, pipeline), indent=2, default=str)
-    return _markdown(recording, pipeline)
+        return json.dumps(_json(recording, store), indent=2, default=str)
+    return _markdown(recording, store)
 
 
-def replay_all(recording: Recording) -> Pipeline:
-    pipeline = Pipeline()
+def replay_all(recording: Recording) -> Store:
+    store = Store()
     for event in recording.events:
-        pipeline.feed(event)
-    return pipeline
+        store.feed(event)
+    return store
 
 
 def samples(recording: Recording) -> list[Sample]:
@@ -84,11 +84,11 @@ def sample_row(s: Sample) -> dict[str, Any]:
     return row
 
 
-def _csv(recording: Recording, pipeline: Pipeline, table: str) -> str:
+def _csv(recording: Recording, store: Store, table: str) -> str:
     if table == "runs":
-        return dumps([run_record(r) for r in pipeline.results], "csv")  # as `run -o csv` writes them
+        return dumps([run_record(r) for r in store.runs.results], "csv")  # as `run -o csv` writes them
     if table == "alerts":
-        return csv_table([alert_row(a) for a in pipeline.alerts], ALERT_COLUMNS)  # a header, even with none
+        return csv_table([alert_row(a) for a in store.signs.alerts], ALERT_COLUMNS)  # a header, even with none
     return csv_table([sample_row(s) for s in samples(recording)])
 
 
@@ -99,20 +99,20 @@ def alert_row(a: Alert) -> dict[str, Any]:
     return dict(zip(ALERT_COLUMNS, (a.t, a.sign, a.level, a.message)))
 
 
-def _json(recording: Recording, pipeline: Pipeline) -> dict[str, Any]:
-    triangulation = json.loads(triangulation_output(pipeline, "json")) if pipeline.results else None
+def _json(recording: Recording, store: Store) -> dict[str, Any]:
+    triangulation = json.loads(triangulation_output(store, "json")) if store.runs.results else None
     return {
         "header": recording.header,
         "problems": recording.problems or None,
         "samples": [sample_record(s) for s in samples(recording)],
-        "runs": [run_record(r) for r in pipeline.results],
-        "failures": [failure_record(f) for f in pipeline.failures],
-        "alerts": [alert_row(a) for a in pipeline.alerts],
+        "runs": [run_record(r) for r in store.runs.results],
+        "failures": [failure_record(f) for f in store.runs.failures],
+        "alerts": [alert_row(a) for a in store.signs.alerts],
         "triangulation": triangulation,
     }
 
 
-def _markdown(recording: Recording, pipeline: Pipeline) -> str:
+def _markdown(recording: Recording, store: Store) -> str:
     h = recording.header
     ss = samples(recording)
     lines = [f"# cliff-tui recording: {inert(recording.path)}", ""]
@@ -138,17 +138,17 @@ def _markdown(recording: Recording, pipeline: Pipeline) -> str:
         lines.append(f"- redacted: {', '.join(map(str, h['redacted']))} replaced")
     if recording.problems:
         lines.append(f"- damaged: {inert(recording.problems)}")
-    if pipeline.results or pipeline.failures:
+    if store.runs.results or store.runs.failures:
         lines += ["", "## Runs", ""]
         lines.append(
-            triangulation_markdown(pipeline.triangulations(), pipeline.results, pipeline.failures)
-            if pipeline.plan
-            else markdown_table(run_rows(pipeline.results), RUN_COLUMNS)
+            triangulation_markdown(store.runs.triangulations(), store.runs.results, store.runs.failures)
+            if store.runs.plan
+            else markdown_table(run_rows(store.runs.results), RUN_COLUMNS)
         )
-        for r in pipeline.results:
+        for r in store.runs.results:
             lines.append(f"- {r.run_id}: {r.verdict.level} — {r.verdict.text}")
-    if pipeline.alerts:
+    if store.signs.alerts:
         lines += ["", "## Alerts (recomputed)", ""]
         start = ss[0].t if ss else 0.0
-        lines += [f"- +{fmt_duration(a.t - start)} sign {a.sign} {a.level}: {a.message}" for a in pipeline.alerts]
+        lines += [f"- +{fmt_duration(a.t - start)} sign {a.sign} {a.level}: {a.message}" for a in store.signs.alerts]
     return "\n".join(lines)

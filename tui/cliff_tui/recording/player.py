@@ -1,8 +1,8 @@
 """A recording's clock: play, pause, speed, step and seek.
 
-The player only says which events come next; the session feeds them into its pipeline, where the
+The player only says which events come next; the session feeds them into its store, where the
 detectors recompute the signs from the recorded samples. A seek backward tells the session to
-start a new pipeline (``Seek.rebuild``)."""
+start a new store (``Seek.rebuild``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ _DESCRIPTORS = re.compile(r"/dev/fd|/proc/(self|\d+)/fd")  # where a shell's <(â
 
 @dataclass(frozen=True)
 class Seek:
-    """Where a seek landed: the events to feed, and whether to feed them into a new pipeline."""
+    """Where a seek landed: the events to feed, and whether to feed them into a new store."""
 
     rebuild: bool
     events: list[Any]

@@ -9,15 +9,26 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cliff_tui.codec import event_to_plain
 from cliff_tui.errors import BadInput, file_error
-from cliff_tui.events import GeneratedText, RunFinished
+from cliff_tui.events import Event, GeneratedText
 from cliff_tui.recording.redact import Redactor
 from cliff_tui.recording.schema import make_header
+
+
+@dataclass(frozen=True)
+class RecordingSetup:
+    """How a session's recordings are made: the command line their header names, whether the
+    prompt and generated text go in, whether they are redacted to share."""
+
+    command: list[str] = field(default_factory=list)
+    record_text: bool = False
+    redact: bool = False
 
 
 def timestamped_name(prefix: str = "cliff") -> str:
@@ -40,19 +51,17 @@ class Recorder:
     def create(
         cls,
         path: str | Path,
+        setup: RecordingSetup,
         *,
-        command: list[str],
         force: bool = False,
-        record_text: bool = False,
-        redact: bool = False,
     ) -> Recorder:
         path = Path(path)
         try:
             handle = path.open("w" if force else "x", encoding="utf-8", buffering=1)
         except OSError as exc:
             raise file_error(exc, path, "recording") from None
-        recorder = cls(path, handle, record_text, redact)
-        header = make_header(command, record_text, *_gpu_identity())
+        recorder = cls(path, handle, setup.record_text, setup.redact)
+        header = make_header(setup.command, setup.record_text, *_gpu_identity())
         recorder._write_line(header if recorder.redactor is None else recorder.redactor.header(header), redact=False)
         if recorder.failure is not None:
             raise BadInput(
@@ -60,21 +69,15 @@ class Recorder:
             )
         return recorder
 
-    def write(self, event: Any) -> None:
+    def write(self, event: Event) -> None:
         if isinstance(event, GeneratedText) and not self.record_text:
             return
         self._write_line(event_to_plain(event))
 
-    def write_snapshot(self, pipeline: Any) -> None:
-        """When recording starts mid-session: what a replay needs to show the same screen."""
-        if pipeline.plan is not None:
-            self.write(pipeline.plan)
-        for view in pipeline.runs.values():
-            self.write(view.started)
-            if view.result is not None:
-                self.write(RunFinished(time.time(), view.result))
-        if pipeline.latest is not None:
-            self.write(pipeline.latest)
+    def write_all(self, events: Iterable[Event]) -> None:
+        """Many events (what rebuilds a session's state, when recording starts mid-session)."""
+        for event in events:
+            self.write(event)
 
     def _write_line(self, plain: dict[str, Any], redact: bool = True) -> None:
         with self._lock:  # the redactor numbers PIDs in the order they are written

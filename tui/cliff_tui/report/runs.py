@@ -7,7 +7,8 @@ from typing import Any
 
 from cliff_tui.analysis.triangulation import memory_point
 from cliff_tui.codec import to_plain
-from cliff_tui.events import CliffVerdict, RunFailed, RunResult
+from cliff_tui.events import RunFailed
+from cliff_tui.records import CliffVerdict, RunResult
 from cliff_tui.units import fmt_bytes, fmt_pct, fmt_tok_s
 
 

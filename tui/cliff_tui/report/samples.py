@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from cliff_tui.codec import to_plain
-from cliff_tui.events import NO_GPU, Sample
+from cliff_tui.events import Sample
+from cliff_tui.records import NO_GPU
 
 
 def sample_record(sample: Sample) -> dict[str, Any]:

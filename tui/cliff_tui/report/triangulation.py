@@ -11,11 +11,12 @@ from cliff_tui.analysis.fit import FitTable, fit_table, measured_lines
 from cliff_tui.analysis.ggml_types import CACHE_TYPE_BYTES
 from cliff_tui.analysis.theory import expected_ratio, known_differences, textbook_bytes_per_token
 from cliff_tui.analysis.triangulation import PointCheck, Slope, Triangulation
-from cliff_tui.events import ModelInfo, RunFailed, RunResult
-from cliff_tui.pipeline import Pipeline
+from cliff_tui.events import RunFailed
+from cliff_tui.records import ModelInfo, RunResult
 from cliff_tui.report.fit import fit_record, format_fit_markdown
 from cliff_tui.report.runs import RUN_COLUMNS, cliff_record, failure_record, run_record, run_rows, worst_cliff
 from cliff_tui.report.tables import dumps, markdown_table
+from cliff_tui.store import Store
 from cliff_tui.text import inert
 from cliff_tui.units import KiB, fmt_bytes
 
@@ -165,19 +166,19 @@ def fmt_slope(slope: Slope, short: bool = False) -> str:
     return f"{slope.kib_per_token:.2f} KiB/token ({slope.mib_per_1k_tokens:.1f} MiB per 1k tokens)"
 
 
-def triangulation_output(pipeline: Pipeline, fmt: str) -> str:
+def triangulation_output(store: Store, fmt: str) -> str:
     """A triangulation's runs, slopes and projection in a headless format."""
-    tris = pipeline.triangulations()
-    results, failures = pipeline.results, pipeline.failures
-    table = fit_after(pipeline)
+    tris = store.runs.triangulations()
+    results, failures = store.runs.results, store.runs.failures
+    table = fit_after(store)
     if fmt == "md":
-        plan = pipeline.plan
+        plan = store.runs.plan
         head = f"depths: {', '.join(f'{d:,}' for d in plan.depths)}\n\n" if plan else ""
         tail = "\n\n" + format_fit_markdown(table) if table is not None else ""
         return head + triangulation_markdown(tris, results, failures) + tail
     if fmt == "csv":
         return dumps([run_record(r) for r in results], "csv")
-    groups = pipeline.run_groups()
+    groups = store.runs.groups()
     records = [
         triangulation_record(tri, groups[key].results, groups[key].failures, groups[key].model)
         for key, tri in tris.items()
@@ -188,8 +189,8 @@ def triangulation_output(pipeline: Pipeline, fmt: str) -> str:
         return "\n".join(lines)
     top = dict(records[0]) if records else {"runs": [], "failures": [failure_record(f) for f in failures]}
     top["cliff"] = cliff_record(worst_cliff(results))
-    if pipeline.plan is not None:
-        top["plan"] = {"depths": list(pipeline.plan.depths), "note": pipeline.plan.note}
+    if store.runs.plan is not None:
+        top["plan"] = {"depths": list(store.runs.plan.depths), "note": store.runs.plan.note}
     if len(records) > 1:
         top["kv_compare"] = records
         top["kv_ratios"] = kv_ratios(tris)
@@ -197,19 +198,19 @@ def triangulation_output(pipeline: Pipeline, fmt: str) -> str:
     return dumps([top], "json")
 
 
-def fit_after(pipeline: Pipeline) -> FitTable | None:
+def fit_after(store: Store) -> FitTable | None:
     """What fits, after a triangulation: its measured lines on the tier it projected to."""
-    tris = pipeline.triangulations()
-    groups = pipeline.run_groups()
+    tris = store.runs.triangulations()
+    groups = store.runs.groups()
     key = next(iter(tris), None)
     model = groups[key].model if key is not None else None
-    if model is None or not pipeline.results:
+    if model is None or not store.runs.results:
         return None
     projection = tris[key].projection
     if projection.capacity_bytes is None:
         return None
-    gpu = gpu_index_of(pipeline.results[0].kv_device) is not None
-    lines = measured_lines(tris, pipeline.results)
+    gpu = gpu_index_of(store.runs.results[0].kv_device) is not None
+    lines = measured_lines(tris, store.runs.results)
     try:
         return fit_table(
             model,
@@ -217,7 +218,7 @@ def fit_after(pipeline: Pipeline) -> FitTable | None:
             tier=projection.tier,
             gpu=gpu,
             reserve_bytes=projection.reserve_bytes or 0,
-            target_ctx=pipeline.target or None,
+            target_ctx=store.runs.target or None,
             n_seq=1,
             measured=lines,
         )

@@ -3,7 +3,7 @@
 The app draws a :class:`Session`. Producers (the sampler, job worker, replay player) publish on
 the session's bus, which only appends to an inbox (thread-safe, never blocks the producer); on the
 UI thread a timer takes a sample where one is due and no GPU is read (elsewhere the sampler has a
-thread), drains the inbox into the session's pipeline, redraws what changed and writes it to the
+thread), drains the inbox into the session's store, redraws what changed and writes it to the
 terminal: one wake-up per frame, however many events arrived.
 
 Text from outside (a model's name, a recording, a server, a process name) is drawn as plain text,
@@ -29,8 +29,8 @@ from textual.worker import Worker, WorkerState
 from cliff_tui.errors import CliffError
 from cliff_tui.events import Alert
 from cliff_tui.heap import collect_cycles, freeze_start_up, return_freed_memory, thaw
-from cliff_tui.pipeline import Pipeline
 from cliff_tui.session import Session
+from cliff_tui.store import Store
 from cliff_tui.text import inert
 from cliff_tui.ui import render
 from cliff_tui.ui.widgets import Body, DashboardScreen, DashPane, KeysLine, LineView, Pane, PanelView, Part, one_paint
@@ -66,15 +66,11 @@ class CliffApp(App):
         Binding("end", "seek_to(1)", "End", show=False, tooltip="replay: to the end"),
     ]
 
-    def __init__(
-        self, mode: str = "watch", session: Session | None = None, *, record_text: bool = False, redact: bool = False
-    ) -> None:
+    def __init__(self, mode: str = "watch", session: Session | None = None) -> None:
         super().__init__()
         self.mode = mode
         self.session = session or Session()
-        self.record_text = record_text
-        self.redact = redact
-        self.paused = False
+        self._frozen: Store | None = None  # what a paused screen shows
         self.narrow_view = "dash"
         self._drawn: object = None
         self._switching = False  # the projection has content but is out of view: `v` shows it
@@ -101,9 +97,14 @@ class CliffApp(App):
         return min(self.session.interval, 0.25)
 
     @property
-    def pipeline(self) -> Pipeline:
-        """The session's, read anew each time: a backward seek in a replay replaces it."""
-        return self.session.pipeline
+    def paused(self) -> bool:
+        return self._frozen is not None
+
+    @property
+    def store(self) -> Store:
+        """What the screen shows: a copy frozen when the screen was paused, else the session's,
+        read anew each time (a backward seek in a replay replaces it)."""
+        return self._frozen if self._frozen is not None else self.session.store
 
     # --- layout ---------------------------------------------------------------------------
 
@@ -166,7 +167,7 @@ class CliffApp(App):
         return True
 
     def _has_projection(self) -> bool:
-        return self.mode == "triangulate" or bool(self.pipeline.plan or len(self.pipeline.results) > 1)
+        return self.mode == "triangulate" or bool(self.store.runs.plan or len(self.store.runs.results) > 1)
 
     # --- events ---------------------------------------------------------------------------
 
@@ -206,7 +207,7 @@ class CliffApp(App):
             self._draw_views()
 
     def _draw_views(self) -> None:
-        p = self.pipeline
+        p = self.store
         player = self.session.player
         views = self.views
         version = (
@@ -226,7 +227,7 @@ class CliffApp(App):
         title = self._title()
         views.title.show(title, lambda: Text(inert(title)), 1)
         # the signs always (their line stays put), the gauge and the newest notice where there are any
-        gauge, signs, notice = render.gauge_line(p), render.signs_line(p.signs), render.notice_line(p)
+        gauge, signs, notice = render.gauge_line(p), render.signs_line(p.signs.current), render.notice_line(p)
         header = ([gauge] if gauge else []) + [signs] + ([notice] if notice else [])
         views.header.show_parts(tuple(_line_part(line) for line in header))
         views.tiers.show_parts(self._tier_parts())
@@ -242,8 +243,8 @@ class CliffApp(App):
         the graphs take the rows that are left."""
         hint = "" if self.mode in ("run", "triangulate", "attach", "replay") else render.NO_SOURCE
         per_column = max(1, round(1.0 / self.session.interval))  # a graph column a second
-        panels = render.panels(self.pipeline, hint or "waiting for tokens…", per_column)
-        latest = self.pipeline.latest
+        panels = render.panels(self.store, hint or "waiting for tokens…", per_column)
+        latest = self.store.machine.latest
         reason = latest.no_vram if latest is not None else None
         width = self.views.tiers.size.width or self.size.width
         parts: tuple[Part, ...] = ()
@@ -289,11 +290,11 @@ class CliffApp(App):
         pane = self.views.projection
         width = max(40, pane.size.width - 2)
         key = (
-            len(self.pipeline.results),
-            len(self.pipeline.failures),
-            self.pipeline.target,
+            len(self.store.runs.results),
+            len(self.store.runs.failures),
+            self.store.runs.target,
             width,
-            self.pipeline.plan,
+            self.store.runs.plan,
             pane.size.height,
         )
         self.views.projection_view.show(key, lambda: self._projection(width, pane.size))
@@ -304,20 +305,20 @@ class CliffApp(App):
         from cliff_tui.ui import projection as projection_view
 
         lowest, highest = CHART_ROWS
-        least = projection_view.pane(self.pipeline, width, chart_height=lowest, color=not self.no_color)
-        if not projection_view.has_chart(self.pipeline):
+        least = projection_view.pane(self.store, width, chart_height=lowest, color=not self.no_color)
+        if not projection_view.has_chart(self.store):
             return least
         options = self.console.options.update(width=max(1, room.width), height=None)
         spare = room.height - len(self.console.render_lines(least, options, pad=False))
         if spare <= 0:
             return least
         return projection_view.pane(
-            self.pipeline, width, chart_height=min(highest, lowest + spare), color=not self.no_color
+            self.store, width, chart_height=min(highest, lowest + spare), color=not self.no_color
         )
 
     def _draw_error(self) -> None:
         error = self.views.error
-        failure = self.pipeline.last_failure
+        failure = self.store.runs.last_failure
         shown = failure is not None and not (failure.kind == "does_not_fit" and self.mode == "triangulate")
         _set_display(error, shown)
         if shown:
@@ -328,7 +329,7 @@ class CliffApp(App):
         session = self.session
         if session.job is not None:
             parts.append(session.job.title)
-        model = self.pipeline.model
+        model = self.store.runs.model
         if model is not None:
             parts.append(f"{model.name} ({model.file_type or '?'})")
         if session.player is not None:
@@ -342,9 +343,9 @@ class CliffApp(App):
     def _progress_line(self) -> render.Parts:
         if self.session.player is not None:
             return [(self.session.player.cursor_line(), None)]
-        if self.mode == "attach" and self.pipeline.sessions:
-            return render.session_line(self.pipeline)
-        return render.progress_line(self.pipeline)
+        if self.mode == "attach" and self.store.servers.readings:
+            return render.server_line(self.store)
+        return render.progress_line(self.store)
 
     # --- actions --------------------------------------------------------------------------
 
@@ -356,7 +357,7 @@ class CliffApp(App):
         if self.session.player is not None:
             self.action_play()
             return
-        self.paused = not self.paused
+        self._frozen = None if self.paused else self.session.store.frozen()
         self._draw()
 
     def action_help(self) -> None:
@@ -367,7 +368,7 @@ class CliffApp(App):
     def action_log(self) -> None:
         from cliff_tui.ui.screens import LogScreen
 
-        self.push_screen(LogScreen(self.pipeline))
+        self.push_screen(LogScreen(self.store))
 
     def action_view(self) -> None:
         self.narrow_view = "projection" if self.narrow_view == "dash" else "dash"
@@ -378,27 +379,24 @@ class CliffApp(App):
 
         def apply(value: int | None) -> None:
             if value:
-                self.pipeline.set_target(value)
+                chosen = self.session.choose_target(value)
+                if self._frozen is not None:  # a paused screen shows the target it was just given
+                    self._frozen.feed(chosen)
                 self._draw()
 
-        self.push_screen(TargetScreen(self.pipeline.target), apply)
+        self.push_screen(TargetScreen(self.store.runs.target), apply)
 
     def action_record(self) -> None:
-        from cliff_tui.recording.writer import Recorder, timestamped_name
-
         stopped = self.session.stop_recording()
         if stopped is not None:
             self.notify(f"recording saved: {stopped.path}", markup=False)
             self._draw()
             return
         try:
-            recorder = Recorder.create(
-                timestamped_name(), command=[self.mode], record_text=self.record_text, redact=self.redact
-            )
+            recorder = self.session.start_recording()
         except CliffError as exc:
             self.notify(str(exc), severity="error", markup=False)
             return
-        self.session.attach_recorder(recorder)
         self.notify(f"recording to {recorder.path}", markup=False)
         self._draw()
 

@@ -11,10 +11,11 @@ from rich.table import Table
 from rich.text import Text
 
 from cliff_tui.analysis.triangulation import MemoryPoint, Triangulation
-from cliff_tui.events import RunFailed, RunResult
-from cliff_tui.pipeline import Pipeline
+from cliff_tui.events import RunFailed
+from cliff_tui.records import RunResult
 from cliff_tui.report.runs import RUN_COLUMNS, run_rows
 from cliff_tui.report.triangulation import fmt_slope, kv_ratios
+from cliff_tui.store import Store
 from cliff_tui.units import GiB, KiB, MiB, fmt_bytes, fmt_bytes_in, fmt_tokens
 
 _COLORS = [("cyan", "red"), ("green", "magenta"), ("blue", "yellow")]
@@ -247,24 +248,24 @@ def _usable_capacity(tris: dict[str, Triangulation]) -> float | None:
     return None
 
 
-def has_chart(p: Pipeline) -> bool:
-    return any(len(t.points) for t in p.triangulations().values())
+def has_chart(p: Store) -> bool:
+    return any(len(t.points) for t in p.runs.triangulations().values())
 
 
-def pane(p: Pipeline, width: int, chart_height: int, color: bool = True) -> RenderableType:
-    tris = p.triangulations()
+def pane(p: Store, width: int, chart_height: int, color: bool = True) -> RenderableType:
+    tris = p.runs.triangulations()
     parts: list[RenderableType] = []
-    plan = p.plan
+    plan = p.runs.plan
     if plan is not None:
         depths = ", ".join(f"{d:,}" for d in plan.depths)
         parts.append(
             Text(
-                f"depths {depths} · target {p.target or plan.target:,} tokens"
+                f"depths {depths} · target {p.runs.target or plan.target:,} tokens"
                 + (f" · {plan.note}" if plan.note else ""),
                 style="dim",
             )
         )
-    parts.append(runs_table(p.results, p.failures))
+    parts.append(runs_table(p.runs.results, p.runs.failures))
     if tris:
         parts.append(summary(tris))
         if has_chart(p):

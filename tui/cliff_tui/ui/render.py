@@ -1,4 +1,4 @@
-"""Pipeline state → Rich renderables and segments. Formatting only: every number comes from the core."""
+"""Store state → Rich renderables and segments. Formatting only: every number comes from the core."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from rich.text import Text
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.cpu_quota import QuotaUse
 from cliff_tui.analysis.signs import SignState
-from cliff_tui.events import GpuReading, ProcessReading, Sample
-from cliff_tui.pipeline import Pipeline
+from cliff_tui.events import Sample
+from cliff_tui.records import GpuReading, ProcessReading
+from cliff_tui.store import Store
 from cliff_tui.text import inert
 from cliff_tui.ui.graph import Graph, line_cells, zoom_range
 from cliff_tui.units import GiB, MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_share, fmt_tok_s
@@ -162,10 +163,10 @@ def fit_line(parts: Parts, width: int) -> list[Segment]:
     return [*cut, Segment("…", cut[-1].style if cut else style)]
 
 
-def panels(p: Pipeline, source_hint: str = NO_SOURCE, per_column: int = 1) -> list[Panel]:
+def panels(p: Store, source_hint: str = NO_SOURCE, per_column: int = 1) -> list[Panel]:
     """The tiers, each graphed ``per_column`` samples a column (the app makes a column a second:
     a graph then moves once a second, and in between only its newest column changes)."""
-    s = p.latest
+    s = p.machine.latest
     if s is None:
         return [Panel("wait", "waiting", "for the first sample…", None)]
     out: list[Panel] = []
@@ -177,7 +178,7 @@ def panels(p: Pipeline, source_hint: str = NO_SOURCE, per_column: int = 1) -> li
     out.append(_swap_panel(p, s, per_column))
     if s.process is not None:
         out.append(_process_panel(p, s, per_column))
-    if (use := p.quota_meter.use) is not None:
+    if (use := p.machine.quota_use) is not None:
         out.append(_quota_panel(use, s.process))
     out.append(_tokens_panel(p, source_hint))
     return out
@@ -201,7 +202,7 @@ def _console() -> Console:
 
 
 def _byte_graphs(
-    p: Pipeline, name: str, capacity: int | None, per_column: int, cliff: bool = False, width: int = 256
+    p: Store, name: str, capacity: int | None, per_column: int, cliff: bool = False, width: int = 256
 ) -> tuple[Scaled, ...]:
     """A byte series on its tier's scale (the cliff line on it where this is the cliff tier) and
     zoomed around the session's own range, ``per_column`` samples a column."""
@@ -228,11 +229,11 @@ def _byte_graphs(
 ZOOM_MIN_SPAN = 16 * MiB
 
 
-def _version(p: Pipeline, name: str, per_column: int) -> int:
+def _version(p: Store, name: str, per_column: int) -> int:
     return p.history.get(name).columns_version(per_column)
 
 
-def _vram_panel(p: Pipeline, g: GpuReading, per_column: int) -> Panel:
+def _vram_panel(p: Store, g: GpuReading, per_column: int) -> Panel:
     used, total = g.vram_used_bytes, g.vram_total_bytes
     value = f"{fmt_bytes(used)} / {fmt_bytes(total)}"
     if used is not None and total:
@@ -264,7 +265,7 @@ def _vram_panel(p: Pipeline, g: GpuReading, per_column: int) -> Panel:
     )
 
 
-def _shared_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
+def _shared_panel(p: Store, s: Sample, per_column: int) -> Panel:
     known = [g for g in s.gpus if g.shared_used_bytes is not None]
     if not known:
         reason = next(
@@ -277,7 +278,7 @@ def _shared_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     value = f"{fmt_bytes(g.shared_used_bytes)}" + (
         f" / {fmt_bytes(g.shared_total_bytes)}" if g.shared_total_bytes else ""
     )
-    sign = p.signs.get(1)
+    sign = p.signs.current.get(1)
     note, style = (sign.detail, _level_style(sign.level)) if sign else ("", DIM)
     return Panel(
         "shared",
@@ -290,9 +291,9 @@ def _shared_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     )
 
 
-def _ram_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
+def _ram_panel(p: Store, s: Sample, per_column: int) -> Panel:
     r, cg = s.ram, s.cgroup
-    sign = p.signs.get(2)
+    sign = p.signs.current.get(2)
     note, style = (f"{sign.headline} — {sign.detail}", _level_style(sign.level)) if sign else ("", DIM)
     used, total = s.ram_used_bytes, s.ram_capacity_bytes
     if cg is not None and used is not None:
@@ -324,7 +325,7 @@ def _ram_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     )
 
 
-def _swap_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
+def _swap_panel(p: Store, s: Sample, per_column: int) -> Panel:
     sw = s.swap
     if sw.total_bytes == 0:
         return Panel(
@@ -336,7 +337,7 @@ def _swap_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
         )
     value = f"{fmt_bytes(sw.used_bytes)} / {fmt_bytes(sw.total_bytes)}  {fmt_share(sw.used_bytes, sw.total_bytes)}"
     note, style = "", DIM
-    if not s.gpus and (sign := p.signs.get(1)) is not None:
+    if not s.gpus and (sign := p.signs.current.get(1)) is not None:
         note, style = sign.detail, _level_style(sign.level)
     return Panel(
         "swap",
@@ -349,7 +350,7 @@ def _swap_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
     )
 
 
-def _process_panel(p: Pipeline, s: Sample, per_column: int) -> Panel:
+def _process_panel(p: Store, s: Sample, per_column: int) -> Panel:
     proc = s.process
     if proc.rss_bytes is None:
         return Panel("proc", f"PID {proc.pid}", "n/a", None, proc.reasons.get("rss_bytes", ""), AMBER)
@@ -381,7 +382,7 @@ def _quota_panel(use: QuotaUse, process: ProcessReading | None) -> Panel:
     return Panel("cpu", "CPU quota", value, None, note, AMBER if use.throttled else DIM)
 
 
-def _tokens_panel(p: Pipeline, hint: str) -> Panel:
+def _tokens_panel(p: Store, hint: str) -> Panel:
     series = p.history.get("tok_s")
     if not len(series):
         return Panel("tok", "Tokens/s", "–", None, hint)
@@ -391,13 +392,13 @@ def _tokens_panel(p: Pipeline, hint: str) -> Panel:
     verdict = p.speed_verdict()
     now = fmt_tok_s(series.last)
     value = f"{now} tok/s"
-    view = p.current
+    view = p.runs.current
     if view is not None:
         base, depth = view.rate("baseline"), view.rate("depth")
         value += f"  · baseline {fmt_tok_s(base)} → at depth {fmt_tok_s(depth)}"
         if verdict is not None and verdict.raw_drop_pct is not None:
             value += f" ({-verdict.raw_drop_pct:+.0f}% raw)"
-    sign = p.signs.get(3)
+    sign = p.signs.current.get(3)
     note = sign.detail if sign and verdict else "measuring…"
     return Panel("tok", "Tokens/s", value, (graph,), note, _level_style(sign.level) if sign else DIM, series.appended)
 
@@ -427,7 +428,7 @@ def signs_line(signs: dict[int, SignState]) -> Parts:
 GAUGE_CELLS = 20
 
 
-def gauge_line(p: Pipeline) -> Parts:
+def gauge_line(p: Store) -> Parts:
     """The cliff gauge: the context now against the largest before the cliff, as a bar."""
     gauge = p.gauge()
     if gauge is None:
@@ -460,19 +461,19 @@ def _about(n: int) -> int:
     return int(round(n, -digits))
 
 
-def notice_line(p: Pipeline) -> Parts:
+def notice_line(p: Store) -> Parts:
     """The newest notice (what cliff-tui changed, chose or found), or nothing; all of them are in
     the log screen."""
-    if not p.notices:
+    if not p.messages.notices:
         return []
-    notice = p.notices[-1]
+    notice = p.messages.notices[-1]
     if notice.level == "warning":
         return [(" ▲ ", AMBER + BOLD), (notice.text, AMBER)]
     return [(" i ", LEVEL_MARK["info"][1] + BOLD), (notice.text, DIM)]
 
 
-def progress_line(p: Pipeline) -> Parts:
-    view = p.current
+def progress_line(p: Store) -> Parts:
+    view = p.runs.current
     if view is None:
         return []
     pr = view.progress
@@ -504,14 +505,14 @@ def _cliff_words(r) -> str:
     return f"{cliff.level}: {cliff.text}" if cliff is not None else f"{r.verdict.level}: {r.verdict.text}"
 
 
-def session_line(p: Pipeline) -> Parts:
+def server_line(p: Store) -> Parts:
     """One line per attached server, joined: status, rates, slots, where Ollama's models live."""
     parts, warn = [], False
-    for s in p.sessions.values():
+    for s in p.servers.readings.values():
         warn = warn or s.status != "ok"
         parts.append(f"{s.source} {s.url} " + (s.status if s.status == "ok" else f"{s.status}: {s.message}"))
-        if s is p.session and p.session_rates is not None and s.status == "ok" and s.source != "ollama":
-            r = p.session_rates
+        if s.rates is not None and s.status == "ok" and s.source != "ollama":
+            r = s.rates
             parts.append(f"decode {fmt_tok_s(r.decode_tok_s)} tok/s · prompt {fmt_tok_s(r.prompt_tok_s)} tok/s")
         for slot in s.slots:
             if slot.n_ctx:

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, RichLog, Static
 
-from cliff_tui.pipeline import Pipeline
+from cliff_tui.store import Store
 from cliff_tui.text import LOG_LIMIT, inert
 from cliff_tui.units import parse_tokens
 
@@ -56,9 +56,9 @@ class HelpScreen(ModalScreen[None]):
 class LogScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,l", "dismiss", "Close")]
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, store: Store) -> None:
         super().__init__()
-        self.pipeline = pipeline
+        self.store = store
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="log"):
@@ -67,9 +67,9 @@ class LogScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         log = self.query_one(RichLog)
-        for notice in self.pipeline.notices:
+        for notice in self.store.messages.notices:
             log.write(Text(f"cliff-tui {notice.level}: {inert(notice.text)}", style="bold"))
-        lines = list(self.pipeline.log)
+        lines = list(self.store.messages.log)
         if not lines:
             log.write("(nothing from llama.cpp yet: it logs when a model loads — `cliff-tui run`)")
         for line in lines:

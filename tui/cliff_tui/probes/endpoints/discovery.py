@@ -6,23 +6,23 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cliff_tui.events import SessionReading
+from cliff_tui.events import ServerReading
 from cliff_tui.probes.endpoints import llama_server, ollama
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, read_llama_server
 from cliff_tui.probes.endpoints.ollama import OLLAMA, read_ollama
 
 DEFAULT_URLS = {LLAMA_SERVER: llama_server.DEFAULT_URL, OLLAMA: ollama.DEFAULT_URL}
-READERS: dict[str, Callable[..., SessionReading]] = {LLAMA_SERVER: read_llama_server, OLLAMA: read_ollama}
+READERS: dict[str, Callable[..., ServerReading]] = {LLAMA_SERVER: read_llama_server, OLLAMA: read_ollama}
 
 
 @dataclass(frozen=True)
 class Discovery:
     found: dict[str, str]  # source → base URL
-    readings: dict[str, SessionReading]  # source → the reading that decided
+    readings: dict[str, ServerReading]  # source → the reading that decided
     message: str
 
 
-def is_found(reading: SessionReading) -> bool:
+def is_found(reading: ServerReading) -> bool:
     """The server is there (even if it needs a flag); only silence or another program is not."""
     return reading.status not in ("unreachable", "not-llama")
 
@@ -35,7 +35,7 @@ def discover(timeout: float = 1.0, urls: dict[str, str] | None = None) -> Discov
     return Discovery(found, readings, describe_discovery(readings))
 
 
-def describe_discovery(readings: dict[str, SessionReading]) -> str:
+def describe_discovery(readings: dict[str, ServerReading]) -> str:
     parts = []
     for source, r in readings.items():
         where = urllib.parse.urlsplit(r.url).netloc

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from cliff_tui.events import ServerKind, ServerStatus, SessionReading
+from cliff_tui.events import ServerReading
 from cliff_tui.probes.endpoints.deadline import WATCHDOG, Exchange
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
+from cliff_tui.records import ServerKind, ServerStatus
 from cliff_tui.text import inert
 from cliff_tui.units import MiB, fmt_bytes, is_number
 
@@ -240,11 +241,11 @@ Getter = Callable[[str, float], Reply]  # fetch(), or a stand-in in tests
 
 def server_reading(
     t: float, source: ServerKind, url: str, status: ServerStatus, message: str, **fields: Any
-) -> SessionReading:
+) -> ServerReading:
     """The reading, its words made inert: messages and reasons quote what the server sent."""
     if "reasons" in fields:
         fields["reasons"] = {k: inert(v) for k, v in fields["reasons"].items()}
-    return SessionReading(t=t, source=source, url=inert(url), status=status, message=inert(message), **fields)
+    return ServerReading(t=t, source=source, url=inert(url), status=status, message=inert(message), **fields)
 
 
 def describe_body(reply: Reply) -> str:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from cliff_tui.events import SessionReading, SlotReading
+from cliff_tui.events import ServerReading
 from cliff_tui.probes.endpoints.http import (
     Getter,
     Reply,
@@ -34,6 +34,7 @@ from cliff_tui.probes.endpoints.http import (
 )
 from cliff_tui.probes.endpoints.ollama import is_ollama
 from cliff_tui.probes.endpoints.prometheus import parse_prometheus
+from cliff_tui.records import SlotReading
 from cliff_tui.text import file_name
 
 LLAMA_SERVER = "llama-server"
@@ -63,11 +64,11 @@ class SlotsRead:
 
 @dataclass(frozen=True)
 class LlamaServerRead:
-    reading: SessionReading
+    reading: ServerReading
     slots: SlotsRead = SlotsRead()
 
 
-def read_llama_server(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> SessionReading:
+def read_llama_server(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> ServerReading:
     return probe_llama_server(url, timeout, get=get).reading
 
 

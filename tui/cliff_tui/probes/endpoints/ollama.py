@@ -7,15 +7,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from cliff_tui.events import ServedModel, SessionReading
+from cliff_tui.events import ServerReading
 from cliff_tui.probes.endpoints.http import Getter, as_int, describe_body, fetch, normalise_url, server_reading
+from cliff_tui.records import ServedModel
 from cliff_tui.text import inert
 
 OLLAMA = "ollama"
 DEFAULT_URL = "http://127.0.0.1:11434"
 
 
-def read_ollama(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> SessionReading:
+def read_ollama(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> ServerReading:
     base = normalise_url(url)
     t = time.time()
     reply = get(base + "/api/ps", timeout)
@@ -36,7 +37,7 @@ def read_ollama(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> Sessi
     )
 
 
-def _from_ps(t: float, base: str, items: list[Any]) -> SessionReading:
+def _from_ps(t: float, base: str, items: list[Any]) -> ServerReading:
     models = tuple(_served_model(m) for m in items if isinstance(m, dict))
     reasons: dict[str, str] = {}
     if any(m.context_length is None for m in models):

@@ -1,0 +1,81 @@
+"""What the store was fed, kept so that a recording started mid-session replays to the same state.
+
+Each kind of event is kept as long as the state built from it lasts: the samples and server
+readings the history shows (a ring as long as the history's), the attached servers' decode
+windows the speed sign judges, the log, notices and generated text the screens keep; every event of
+a run, and the plan, the target and a measured capacity, whole. Alerts are not kept: a replay
+raises them again from the same events.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+
+from cliff_tui.events import (
+    ATTACH_RUN_ID,
+    Alert,
+    DecodeWindow,
+    Event,
+    GeneratedText,
+    LogLine,
+    Notice,
+    Sample,
+    ServerReading,
+)
+from cliff_tui.store.messages import LOG_LINES_KEPT, NOTICES_KEPT
+from cliff_tui.store.runs import TEXT_KEPT
+from cliff_tui.store.servers import POINTS_KEPT
+
+
+class Journal:
+    def __init__(self, periodic_kept: int) -> None:
+        """``periodic_kept``: samples, and readings of the servers, kept (the history's length)."""
+        self._kept_for = {
+            "sample": periodic_kept,
+            "server": periodic_kept,
+            "attach_window": POINTS_KEPT,
+            "log": LOG_LINES_KEPT,
+            "notice": NOTICES_KEPT,
+            "text": TEXT_KEPT,
+        }
+        self._kept: dict[str, deque[tuple[int, Event]]] = {}
+
+    def keep(self, seq: int, event: Event) -> None:
+        kind = _kind(event)
+        if kind is None:
+            return
+        kept = self._kept.get(kind)
+        if kept is None:
+            kept = self._kept[kind] = deque(maxlen=self._kept_for.get(kind))
+        kept.append((seq, event))
+
+    def events(self) -> Iterator[Event]:
+        """Every kept event, in the order it was fed."""
+        for _, event in heapq.merge(*self._kept.values(), key=lambda kept: kept[0]):
+            yield event
+
+    def __iter__(self) -> Iterator[Event]:
+        """Every kept event, in no particular order."""
+        for kept in self._kept.values():
+            for _, event in kept:
+                yield event
+
+
+def _kind(event: Event) -> str | None:
+    if isinstance(event, Alert):
+        return None
+    if isinstance(event, Sample):
+        return "sample"
+    if isinstance(event, ServerReading):
+        return "server"
+    if isinstance(event, DecodeWindow) and event.run_id == ATTACH_RUN_ID:
+        return "attach_window"
+    if isinstance(event, LogLine):
+        return "log"
+    if isinstance(event, Notice):
+        return "notice"
+    if isinstance(event, GeneratedText):
+        return "text"
+    return "run"

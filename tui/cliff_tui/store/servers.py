@@ -1,0 +1,72 @@
+"""The attached servers' state: each server's newest reading, its decode speed at depth, and the
+capacity a triangulation measured for the served model (``attach --from``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+from cliff_tui.analysis import thresholds as th
+from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, ServerReading
+from cliff_tui.records import DecodePoint
+
+ServerKey = tuple[str, str]  # (source, url)
+POINTS_KEPT = 2000  # decode windows of the attached servers
+
+
+class ServersState:
+    def __init__(self) -> None:
+        self.readings: dict[ServerKey, ServerReading] = {}
+        self.measured: MeasuredCapacity | None = None  # what an attached server's slots are held against
+        self.points: deque[DecodePoint] = deque(maxlen=POINTS_KEPT)
+        self.last_window: DecodeWindow | None = None
+
+    def read(self, e: ServerReading) -> None:
+        self.readings[(e.source, e.url)] = e
+
+    def decoded(self, e: DecodeWindow) -> None:
+        if e.run_id != ATTACH_RUN_ID:
+            return
+        self.last_window = e
+        if e.n_tokens > 0 and e.tok_s > 0:
+            self.points.append(DecodePoint(e.depth, 1000.0 / e.tok_s, e.n_tokens, "depth"))
+
+    def measured_capacity(self, e: MeasuredCapacity) -> None:
+        self.measured = e
+
+    @property
+    def shown(self) -> ServerReading | None:
+        """The server whose speed is shown: the newest llama-server reading (its counters carry the
+        rates), else the newest of any."""
+        readings = list(self.readings.values())
+        llama = [r for r in readings if r.source != "ollama"]
+        return max(llama or readings, key=lambda r: r.t, default=None)
+
+    @property
+    def processing(self) -> bool:
+        """Whether the shown server is generating now."""
+        r = self.shown
+        return bool(
+            r
+            and r.status in ("ok", "no-metrics")
+            and ((r.requests_processing or 0) > 0 or any(slot.processing for slot in r.slots))
+        )
+
+    @property
+    def kv_on_gpu(self) -> bool | None:
+        """Whether a served model sits partly in VRAM (Ollama's size_vram); None where no server says."""
+        models = [m for reading in self.readings.values() for m in reading.models]
+        if models:
+            return any((m.size_vram_bytes or 0) > 0 for m in models)
+        return None
+
+    def trend_points(self) -> tuple[float, float, int, list[DecodePoint]] | None:
+        """What sign 3 judges for an attached server: its first rate, the rate of the latest windows,
+        their depth, and every point (the latest as probes against the trend before them)."""
+        points = list(self.points)
+        if len(points) < th.FIT_MIN_POINTS + th.CONFIRMING_WINDOWS:
+            return None
+        recent = points[-th.CONFIRMING_WINDOWS :]
+        ref = [dataclasses.replace(p, phase="probe") for p in points[: -th.CONFIRMING_WINDOWS]]
+        rate = sum(p.n_tokens for p in recent) / sum(p.n_tokens * p.ms_per_token / 1000 for p in recent)
+        return 1000.0 / points[0].ms_per_token, rate, recent[-1].depth, ref + recent
