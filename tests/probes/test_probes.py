@@ -546,6 +546,49 @@ def test_a_driver_older_than_clock_event_reasons_uses_throttle_reasons():
     assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 1
 
 
+EVENT_REASONS = "nvmlDeviceGetCurrentClocksEventReasons"  # the name since driver R535
+THROTTLE_REASONS = "nvmlDeviceGetCurrentClocksThrottleReasons"  # the name before it
+
+
+@pytest.mark.parametrize(
+    "absent, driver_lacks, words, reason",
+    [
+        # the newest binding, without the old name: the new one answers
+        ([THROTTLE_REASONS], [], ("thermal (hw)",), None),
+        # ... on a driver older than R535, which has only the old symbol
+        ([THROTTLE_REASONS], [EVENT_REASONS], None, "not in this NVIDIA driver"),
+        # a binding older than the new name, on a driver without the old symbol
+        ([EVENT_REASONS], [THROTTLE_REASONS], None, "not in this NVIDIA driver"),
+        # a binding with neither
+        (
+            [EVENT_REASONS, THROTTLE_REASONS],
+            [],
+            None,
+            "not in this nvidia-ml-py (it has neither nvmlDeviceGetCurrentClocksEventReasons"
+            " nor nvmlDeviceGetCurrentClocksThrottleReasons)",
+        ),
+    ],
+)
+def test_a_binding_of_any_age_gives_a_reading(absent, driver_lacks, words, reason):
+    fnf = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    gpu = FakeGpu(
+        used=3 * GiB,
+        clock_events=pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+        errors=dict.fromkeys(driver_lacks, fnf),
+    )
+    probe, fake = probe_for(gpu, absent=absent)
+    for tick in range(3):
+        r = only(probe)
+        assert r.throttle_reasons == words
+        assert r.reasons.get("throttle_reasons") == reason
+        assert r.vram_used_bytes == 3 * GiB  # the rest of the GPU is read
+        if tick == 0:
+            asked = fake.calls[EVENT_REASONS] + fake.calls[THROTTLE_REASONS]
+    # one call a tick once found; a function neither has is not asked again
+    expected = asked + (2 if words is not None else 0)
+    assert fake.calls[EVENT_REASONS] + fake.calls[THROTTLE_REASONS] == expected
+
+
 def test_a_missing_clock_event_function_is_not_asked_every_tick():
     fnf = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
     probe, fake = probe_for(FakeGpu(errors={"nvmlDeviceGetCurrentClocksEventReasons": fnf}))
