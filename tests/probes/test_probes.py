@@ -20,6 +20,8 @@ import psutil
 import pynvml
 import pytest
 
+from cliff_tui.analysis.buffers import gpu_reading_of
+from cliff_tui.analysis.gauge import CliffRoom, cliff_room
 from cliff_tui.events import GpuProcess, GpuReading, RamReading, SwapReading
 from cliff_tui.probes import system
 from cliff_tui.probes.amd import AmdSysfsProbe, find_amd_cards
@@ -759,6 +761,37 @@ def test_amd_gtt_unreadable_is_na_not_zero(drm: Path):
     assert r.shared_used_bytes is None
     assert r.reasons["shared_used_bytes"].startswith("not readable")
     assert "mem_info_gtt_used" in r.reasons["shared_used_bytes"]
+
+
+def test_amd_cards_are_in_the_drivers_numeric_order(tmp_path: Path):
+    root = tmp_path / "drm"
+    for n in (10, 2, 1):
+        _amd_tree(root, f"card{n}", product=f"card {n}")
+    assert [r.name for r in AmdSysfsProbe(root).read()] == ["card 1", "card 2", "card 10"]
+
+
+def test_on_a_box_with_both_vendors_each_llama_device_is_its_own_vendors_card(tmp_path: Path):
+    root = tmp_path / "drm"
+    _amd_tree(root, "card1", vram_used=2 * GiB, vram_total=16 * GiB, product="AMD Radeon RX 7900 XTX")
+    _amd_tree(root, "card2", vram_used=1 * GiB, vram_total=8 * GiB, product="AMD Radeon RX 7600")
+    fake = FakeNvml([FakeGpu(name="NVIDIA GeForce RTX 4070", total=12 * GiB, used=3 * GiB, reserved=0)])
+    sampler = Sampler(nvidia=NvidiaProbe(nvml=fake.module), amd=AmdSysfsProbe(root), platform="linux")
+    sample = sampler.sample()
+    sampler.close()
+    # every card its own index: the screen's history keys (gpu0.vram …) and labels never collide
+    assert [(g.index, g.vendor, g.name) for g in sample.gpus] == [
+        (0, "nvidia", "NVIDIA GeForce RTX 4070"),
+        (1, "amd", "AMD Radeon RX 7900 XTX"),
+        (2, "amd", "AMD Radeon RX 7600"),
+    ]
+    # llama.cpp numbers each backend's devices from 0
+    assert cliff_room(sample, "CUDA0") == CliffRoom("GPU0 dedicated VRAM", 12 * GiB, 9 * GiB)
+    assert cliff_room(sample, "ROCm0") == CliffRoom("GPU1 dedicated VRAM", 16 * GiB, 14 * GiB)
+    assert cliff_room(sample, "ROCm1") == CliffRoom("GPU2 dedicated VRAM", 8 * GiB, 7 * GiB)
+    assert cliff_room(sample, "HIP1").tier == "GPU2 dedicated VRAM"
+    assert cliff_room(sample, "CUDA1").tier == "RAM"  # no second NVIDIA card: not an AMD one
+    assert gpu_reading_of("SYCL0", sample.gpus) is None  # an Intel card: none of these
+    assert gpu_reading_of("CPU", sample.gpus) is None
 
 
 # --- Windows counters through recorded instance shapes ------------------------------------------
