@@ -224,7 +224,7 @@ def test_every_field_of_a_healthy_gpu():
     assert (r.util_pct, r.temperature_c) == (87.0, 64.0)
     assert (r.sm_clock_mhz, r.mem_clock_mhz) == (2475, 10501)
     assert r.throttle_reasons == ()
-    assert (r.pcie_rx_bytes_s, r.pcie_tx_bytes_s) == (1200 * 1024.0, 300 * 1024.0)
+    assert (r.pcie_rx_bytes_s, r.pcie_tx_bytes_s) == (1_228_800.0, 307_200.0)  # NVML's KB/s are KiB/s
     assert r.processes == (GpuProcess(4242, 2 * GiB), GpuProcess(4343, None))
     assert r.shared_used_bytes is None  # NVML has no shared VRAM; the shared backends say why
     assert r.reasons == {}
@@ -300,10 +300,9 @@ def test_memory_v2_missing_in_the_driver_falls_back_to_v1():
     for _ in range(3):
         r = only(probe)
         assert r.vram_reserved_bytes is None
-        assert "nvmlDeviceGetMemoryInfo_v2" in r.reasons["vram_reserved_bytes"]
-        # v1: used = total - free, so the reserved memory is counted as used
-        assert (r.vram_used_bytes, r.vram_total_bytes) == (2 * GiB + 256 * MiB, 8 * GiB)
-        assert "vram_used_bytes" not in r.reasons
+        assert r.reasons == {"vram_reserved_bytes": "nvmlDeviceGetMemoryInfo_v2 not available in this driver"}
+        # v1's used is total - free: 2.25 GiB, the 256 MiB reserved counted as used
+        assert (r.vram_used_bytes, r.vram_total_bytes) == (2_415_919_104, 8_589_934_592)
     assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] == 1
     assert fake.calls["nvmlDeviceGetMemoryInfo"] == 3
 
@@ -312,7 +311,7 @@ def test_a_binding_without_nvmlMemory_v2_uses_v1_without_trying_v2():
     probe, fake = probe_for(FakeGpu(total=8 * GiB, used=2 * GiB, reserved=0), absent=["nvmlMemory_v2"])
     r = only(probe)
     assert (r.vram_used_bytes, r.vram_total_bytes, r.vram_reserved_bytes) == (2 * GiB, 8 * GiB, None)
-    assert "vram_reserved_bytes" in r.reasons
+    assert r.reasons == {"vram_reserved_bytes": "nvmlDeviceGetMemoryInfo_v2 not available in this driver"}
     assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] == 0
 
 
@@ -616,12 +615,18 @@ def test_close_balances_a_successful_init_even_without_gpus():
 
 def test_a_transient_v2_memory_error_does_not_shift_used_by_reserved():
     gpu = FakeGpu(used=3 * GiB, reserved=300 * MiB)
-    probe, _fake = probe_for(gpu)
+    probe, fake = probe_for(gpu)
     assert only(probe).vram_used_bytes == 3 * GiB
     gpu.errors = {"nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_UNKNOWN}
     r = only(probe)
-    assert r.vram_used_bytes in (None, 3 * GiB)  # n/a with the error, or the same meaning — never +reserved
-    assert "Unknown Error" in str(r.reasons)
+    # n/a this tick: v1's used (3 GiB + 300 MiB reserved) would be a jump nothing allocated
+    assert (r.vram_used_bytes, r.vram_total_bytes, r.vram_reserved_bytes) == (None, None, None)
+    assert r.reasons == dict.fromkeys(
+        ("vram_used_bytes", "vram_total_bytes", "vram_reserved_bytes"), "NVML error: Unknown Error"
+    )
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] == 0
+    gpu.errors = {}
+    assert only(probe).vram_used_bytes == 3 * GiB  # v2 again on the next tick
 
 
 def test_pcie_kb_per_second_become_bytes_per_second():
@@ -641,7 +646,13 @@ def test_pcie_sampling_off_never_calls_the_20ms_function():
 
 
 def test_the_fake_uses_the_real_binding_errors_and_shapes():
-    fake = FakeNvml([FakeGpu(errors={"nvmlDeviceGetTemperature": pynvml.NVML_ERROR_NOT_SUPPORTED})])
+    gpu = FakeGpu(
+        total=8 * GiB,
+        used=2 * GiB,
+        reserved=256 * MiB,
+        errors={"nvmlDeviceGetTemperature": pynvml.NVML_ERROR_NOT_SUPPORTED},
+    )
+    fake = FakeNvml([gpu])
     nvml = fake.module
     with pytest.raises(pynvml.NVMLError_Uninitialized):
         nvml.nvmlDeviceGetCount()
@@ -650,10 +661,12 @@ def test_the_fake_uses_the_real_binding_errors_and_shapes():
     with pytest.raises(pynvml.NVMLError_NotSupported):
         nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)
     v1 = nvml.nvmlDeviceGetMemoryInfo(h)
-    assert not hasattr(v1, "reserved")  # as the real c_nvmlMemory_t
+    assert type(v1) is pynvml.c_nvmlMemory_t and not hasattr(v1, "reserved")
+    # NVML's documented meanings: v2 used excludes the reserved memory, v1 used is total - free
+    assert (v1.total, v1.free, v1.used) == (8_589_934_592, 6_174_015_488, 2_415_919_104)
     v2 = nvml.nvmlDeviceGetMemoryInfo(h, version=nvml.nvmlMemory_v2)
-    assert v2.total == v2.used + v2.reserved + v2.free
-    assert v1.used == v2.used + v2.reserved
+    assert type(v2) is pynvml.c_nvmlMemory_v2_t
+    assert (v2.total, v2.reserved, v2.used, v2.free) == (8_589_934_592, 268_435_456, 2_147_483_648, 6_174_015_488)
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
         nvml.nvmlDeviceGetHandleByIndex(1)
 
