@@ -132,10 +132,19 @@ def test_once_does_not_pretend_to_record(command, tmp_path, capsys):
 
 def test_a_first_stop_signal_only_cancels_even_when_the_job_cancelled_itself():
     cancel = threading.Event()
+    previous = signal.getsignal(signal.SIGTERM)
     with stop_on_signals(cancel):
         cancel.set()  # a job that ended, or output that failed
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.2)  # the handler runs here: no KeyboardInterrupt
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the handler runs here
+        except KeyboardInterrupt:
+            pytest.fail("the first signal broke out instead of only cancelling")
+        with pytest.raises(KeyboardInterrupt):  # that was the first: the next one breaks out
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    assert cancel.is_set()
+    assert signal.getsignal(signal.SIGTERM) is previous
 
 
 def test_a_second_stop_signal_breaks_out_of_whatever_blocks():
