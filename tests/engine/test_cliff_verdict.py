@@ -131,11 +131,15 @@ def test_the_gpu_trace_ends_red_with_shared_vram_named():
     for event in demo.gpu_cliff_run():
         pipeline.feed(event)
     (result,) = pipeline.results
-    assert result.cliff.level == "red" and result.cliff.tier == "GPU0 shared VRAM"
-    assert "GPU memory moved into system RAM" in result.cliff.text
-    assert pipeline.cliff_verdict() == result.cliff
     live = Pipeline()  # the same rule live: before the run finished
     for event in demo.gpu_cliff_run():
         if not isinstance(event, RunFinished):
             live.feed(event)
-    assert live.cliff_verdict().level == "red" and live.cliff_verdict().tier == "GPU0 shared VRAM"
+    for verdict in (result.cliff, pipeline.cliff_verdict(), live.cliff_verdict()):
+        assert (verdict.level, verdict.tier, verdict.depth) == ("red", "GPU0 shared VRAM", 21_000)
+        # the memory sign, then the decode beyond its trend as its corroboration
+        assert [(e.sign, e.level) for e in verdict.evidence] == [(1, "red"), (3, "red")]
+        assert verdict.text.startswith(
+            "cliff on GPU0 shared VRAM: 1.62 GiB of GPU memory moved into system RAM near depth 21,000; "
+            "decode fell 75% below its depth trend from depth 21,000"
+        )
