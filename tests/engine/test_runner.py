@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from cliff_tui.engine.llama import Context
 from cliff_tui.engine.llama_log import parse_buffer_line, parse_flash_attn
 from cliff_tui.engine.runner import (
     MIN_WINDOW_TOKENS,
@@ -138,24 +139,43 @@ def test_a_context_that_cannot_fit_is_a_clean_failure(tiny_model):
     assert failed and failed[0].kind == "does_not_fit" and failed[0].n_ctx >= 4_000_000_000
 
 
-def test_cancel_during_prefill_stops_within_a_second(smollm2):
+@pytest.mark.model
+def test_cancel_during_prefill_stops_the_chunk_in_flight(smollm2, monkeypatch):
     cancel = threading.Event()
+    chunks: list[tuple[bool, str]] = []  # prefill calls: (cancel already set as it began, how it ended)
+    decode = Context.decode
+
+    def counted(self, tokens):
+        if len(tokens) == 1:  # a probe's token, not a prefill chunk
+            return decode(self, tokens)
+        began_cancelled = cancel.is_set()
+        try:
+            decode(self, tokens)
+        except Cancelled:
+            chunks.append((began_cancelled, "aborted"))
+            raise
+        chunks.append((began_cancelled, "done"))
+
+    monkeypatch.setattr(Context, "decode", counted)
     events = []
-    run = Run(RunSettings(str(smollm2), 8192, 8), events.append, cancel=cancel)
+    # chunks of 128 between the probes at 1,024 and 2,048: the cancel lands inside one
+    run = Run(RunSettings(str(smollm2), 8192, 8, batch_size=128, ubatch_size=128), events.append, cancel=cancel)
     outcome = []
     thread = threading.Thread(target=lambda: outcome.append(_capture(run.execute)))
     thread.start()
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(
-        isinstance(e, RunProgress) and e.phase == "prefill" and e.depth >= 1024 for e in events
+    deadline = time.monotonic() + 300  # a loaded machine prefills slowly
+    while time.monotonic() < deadline and not any(
+        isinstance(e, RunProgress) and e.phase == "prefill" and 1024 < e.depth <= 1664 for e in events
     ):
-        time.sleep(0.05)
-    t = time.monotonic()
+        time.sleep(0.01)
     cancel.set()
-    thread.join(5)
+    thread.join(120)
     assert not thread.is_alive()
-    assert time.monotonic() - t < 1.0
     assert isinstance(outcome[0], Cancelled)
+    # the chunk in flight was stopped inside llama.cpp (or, where it had just ended, the next one
+    # as it began): none ran to its end after the cancel
+    assert chunks[-1][1] == "aborted"
+    assert not [c for c in chunks if c == (True, "done")]
 
 
 def _capture(fn):
@@ -187,6 +207,7 @@ def test_quantised_v_without_flash_attention_exits_2(tiny_model):
     assert proc.returncode == 2 and "needs flash attention" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.model
 def test_headless_run_on_the_default_model_prints_the_record():
     proc = cli("run", "--headless", "--depth", "1024", "--n-gen", "32", "-o", "json")
     assert proc.returncode == 0, proc.stderr
@@ -208,7 +229,10 @@ def test_headless_run_on_the_default_model_prints_the_record():
     # SmolLM2: 30 layers × 3 KV heads × (64 + 64) × 2 B = 22.5 KiB per token, f16
     assert record["kv_buffers"]["CPU"] == pytest.approx(1280 * 23040, rel=0.01)
     assert record["gpus"] == [] and "no GPU" in record["gpus_reason"]
-    assert record["verdict"] in ("ok", "info"), record["verdict_text"]  # nothing spills: CPU-only, no swap
+    # nothing spills (CPU-only, no swap): no cliff; amber only for the load other tests put on this machine
+    assert record["verdict"] in ("ok", "info", "amber"), record["verdict_text"]
+    if record["verdict"] == "amber":
+        assert "other processes used" in record["verdict_text"], record["verdict_text"]
 
 
 @pytest.mark.parametrize("fmt", ["md", "csv", "jsonl"])

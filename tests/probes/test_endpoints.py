@@ -261,14 +261,14 @@ def test_hung_server_times_out_quickly(server):
     started = time.monotonic()
     r = read_llama_server(s.url, 0.3)
     assert r.status == "unreachable" and "timeout" in r.message
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 4  # not held until the server answers, at 5 s
 
 
 def test_an_error_whose_body_never_comes_is_still_one_reply(server):
     s = server(plain, {"/metrics": Route(500, b"internal error", stall_body_s=5)})
     started = time.monotonic()
     reply = ep.fetch(s.url + "/metrics", 0.3)
-    assert (reply.status, reply.body) == (500, "") and time.monotonic() - started < 2
+    assert (reply.status, reply.body) == (500, "") and time.monotonic() - started < 4  # the body: at 5 s
 
 
 @pytest.mark.parametrize("part", ["trickle_s", "trickle_head_s"])
@@ -278,7 +278,7 @@ def test_a_reply_trickled_a_byte_at_a_time_stops_at_twice_the_timeout(server, pa
     started = time.monotonic()
     r = read_llama_server(s.url, 0.3)
     assert r.status == "unreachable" and "sent its reply too slowly: not all of it within 0.6 s" in r.message
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # the whole reply trickles for over 2 minutes
 
 
 def test_a_reply_slow_to_start_but_whole_in_time_is_read(server):
@@ -327,7 +327,7 @@ def test_a_proxy_that_trickles_its_connect_reply_stops_at_twice_the_timeout(monk
     reply = ep.fetch("https://llm.example.internal/metrics", 0.3)
     stop.set()
     assert "sent its reply too slowly: not all of it within 0.6 s" in reply.error
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # the whole reply trickles for 50 s
 
 
 def test_a_tls_handshake_trickled_a_byte_at_a_time_stops_at_the_timeout():
@@ -339,7 +339,7 @@ def test_a_tls_handshake_trickled_a_byte_at_a_time_stops_at_the_timeout():
     reply = ep.fetch(f"https://127.0.0.1:{port}/metrics", 0.3)
     stop.set()
     assert reply.error == f"no answer from 127.0.0.1:{port} within 0.3 s (timeout)"
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # the whole handshake trickles for 50 s
 
 
 def test_a_body_past_the_size_limit_is_refused_not_read_in_part(server, monkeypatch):
