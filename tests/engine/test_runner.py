@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import resource
 import subprocess
 import sys
 import threading
@@ -23,6 +26,7 @@ from cliff_tui.engine.runner import (
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
 from cliff_tui.events import BufferSize, DecodeWindow, Notice, RunFailed, RunFinished, RunProgress, RunSettings
+from cliff_tui.recording.reader import open_recording
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -137,6 +141,43 @@ def test_a_context_that_cannot_fit_is_a_clean_failure(tiny_model):
         Run(RunSettings(str(tiny_model), 4_000_000_000, 8, n_gpu_layers=0), events.append).execute()
     failed = [e for e in events if isinstance(e, RunFailed)]
     assert failed and failed[0].kind == "does_not_fit" and failed[0].n_ctx >= 4_000_000_000
+
+
+def test_a_context_the_address_space_cannot_hold_fails_in_llama_cpp_as_does_not_fit(tiny_model, tmp_path):
+    """RLIMIT_AS below the KV cache: the check from RAM and swap lets the context through, and
+    llama.cpp's own allocation fails as the context is created."""
+    n_ctx = 2 * 1024 * 1024  # 1 GiB of the tiny model's f16 cache (512 B a cell), in 1 GiB of address space
+    record = tmp_path / "r.jsonl"
+    argv = ["run", "--headless", "-m", str(tiny_model), "--depth", "64", "--n-gen", "8", "-t", "2"]
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # glibc's per-thread arenas reserve address space too
+
+    def one_gib_of_address_space() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", *argv, "-c", str(n_ctx), "--record", str(record)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        preexec_fn=one_gib_of_address_space,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.fullmatch(
+        r"cliff-tui: a context of 2,097,152 tokens does not fit: .*allocate.*kv cache — try a smaller -c/--depth, .*",
+        proc.stderr.strip().splitlines()[-1],
+    ), proc.stderr
+    failed = [e for e in open_recording(record).events if isinstance(e, RunFailed)]
+    assert [(f.kind, f.n_ctx) for f in failed] == [("does_not_fit", n_ctx)]
+    unlimited = subprocess.run(  # the same context where the address space is not held
+        [sys.executable, "-m", "cliff_tui", *argv, "-c", str(n_ctx), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert unlimited.returncode == 0, unlimited.stderr[-2000:]
+    assert json.loads(unlimited.stdout)["n_ctx"] == n_ctx
 
 
 @pytest.mark.model
