@@ -17,6 +17,19 @@ for _var in ("NO_COLOR", "TEXTUAL_THEME", "FORCE_COLOR"):
 # Fixtures kept in tests/support (on pytest's pythonpath), each module a plugin of its own.
 pytest_plugins = ["cgroup_fixtures", "llama_server"]
 
+# Fixtures that load SmolLM2: a test using one, directly or through another fixture, is marked model.
+MODEL_FIXTURES = {"smollm2", "real_llama_server"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    unmarked = [
+        item.nodeid
+        for item in items
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("model") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"these load SmolLM2 without @pytest.mark.model: {', '.join(unmarked)}")
+
 
 @pytest.fixture(scope="module")
 def child():

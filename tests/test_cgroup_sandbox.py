@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import cgroup_cliff as cc
+from cgroup_fixtures import cannot_host
 
 SUPPORT = Path(__file__).parent / "support"
 
@@ -20,7 +21,7 @@ def root_with_memory_cgroups() -> None:
         cc.require_root()
         cc.cgroup_version()
     except cc.Unavailable as exc:
-        pytest.skip(str(exc))
+        cannot_host(exc)
 
 
 @pytest.mark.parametrize("kind", ["file", "zram"])

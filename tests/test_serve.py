@@ -20,6 +20,7 @@ from cliff_tui.probes.system import read_memory
 from cliff_tui.units import fmt_bytes
 from exporting.running import clean_env
 from fakes.http_server import free_port
+from needs import need
 from paths import free_pid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,11 +78,11 @@ def ocr(png: Path) -> str:
     return done.stdout
 
 
-@pytest.mark.skipif(
-    browser.find_chromium() is None or shutil.which("tesseract") is None,
-    reason="needs chromium and tesseract-ocr (apt-get install chromium tesseract-ocr; .ci/run does)",
-)
 def test_a_browser_shows_the_ram_tier(tmp_path):
+    need(
+        browser.find_chromium() is not None and shutil.which("tesseract") is not None,
+        "needs chromium and tesseract-ocr (apt-get install chromium tesseract-ocr; .ci/run does)",
+    )
     port = free_port()
     proc = serve("--bind", f"127.0.0.1:{port}", "--", "watch", "-i", "0.25")
     try:
@@ -134,8 +135,17 @@ def test_a_port_in_use_is_one_line_and_exit_2():
             "--llama-server: 'ftp://x' is not an http(s)://host[:port] URL",
         ),
         (["--", "watch", "--record", "r.jsonl"], "they cannot share one --record file: record from a terminal"),
-        (["--", "run", "-c", "32", "--depth", "64"], "-c 32 is smaller than the depth 64 + --n-gen 128 = 192"),
-        (["--", "triangulate", "-ctv", "q4_0", "-fa", "off"], "a quantised V cache (-ctv q4_0) needs flash attention"),
+        # these two read the default model's header first
+        pytest.param(
+            ["--", "run", "-c", "32", "--depth", "64"],
+            "-c 32 is smaller than the depth 64 + --n-gen 128 = 192",
+            marks=pytest.mark.model,
+        ),
+        pytest.param(
+            ["--", "triangulate", "-ctv", "q4_0", "-fa", "off"],
+            "a quantised V cache (-ctv q4_0) needs flash attention",
+            marks=pytest.mark.model,
+        ),
         (["--", "watch", "--pid", str(FREE_PID)], f"no process with PID {FREE_PID}"),
         (["--public-url", "http://[gpu-box"], "--public-url: 'http://[gpu-box' is not an http(s)://host[:port] URL"),
         (["--public-url", "ftp://gpu-box"], "--public-url: 'ftp://gpu-box' is not an http(s)://host[:port] URL"),

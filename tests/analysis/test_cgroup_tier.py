@@ -30,9 +30,9 @@ def test_watch_once_inside_a_cgroup_reports_its_limit_as_the_ram_tier(memory_san
     assert record["ram"]["total_bytes"] > LIMIT  # the host's RAM, which btop and nvitop would show
 
 
-def test_fit_inside_a_cgroup_sizes_the_tier_by_its_limit(memory_sandbox):
+def test_fit_inside_a_cgroup_sizes_the_tier_by_its_limit(memory_sandbox, tiny_model):
     box = memory_sandbox(LIMIT, swap_bytes=256 * MiB)
-    proc = inside(box, "fit", "--json", "--reserve", "16MiB")  # the default keeps 256 MiB free
+    proc = inside(box, "fit", "-m", str(tiny_model), "--json", "--reserve", "16MiB")  # the default keeps 256 MiB free
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     assert record["tier"] == "RAM (cgroup limit 200 MiB)"

@@ -29,6 +29,7 @@ def option(table, cache, fa=True, swa_full=False, ngl=None):
     )
 
 
+@pytest.mark.model
 def test_smollm2_on_a_small_ram_tier_needs_a_quantised_cache(smol):
     table = fit_table(smol, 200 * MiB, tier="RAM available", reserve_bytes=16 * MiB)
     assert table.target_ctx == 8192 and table.n_seq == 4 and table.kv_unified
@@ -44,6 +45,7 @@ def test_smollm2_on_a_small_ram_tier_needs_a_quantised_cache(smol):
     assert f16.command.endswith(f"-c {f16.max_context} -ctk f16 -ctv f16 -fa on")
 
 
+@pytest.mark.model
 def test_the_largest_context_is_the_last_multiple_of_256_that_fits(smol):
     table = fit_table(smol, 160 * MiB, reserve_bytes=0)
     for o in (o for o in table.options if o.valid):
@@ -68,6 +70,7 @@ def test_the_largest_context_is_the_last_multiple_of_256_that_fits(smol):
     assert any(o.valid and o.max_context < table.context_cap for o in table.options)
 
 
+@pytest.mark.model
 def test_quantised_v_without_flash_attention_is_marked_invalid(smol):
     table = fit_table(smol, 8 * 2**30)
     bad = option(table, "q8_0", fa=False)
@@ -116,6 +119,7 @@ def test_recurrent_models_fit_any_context_their_state_fits(tmp_path):
     assert f16.fits and f16.max_context == 4096
 
 
+@pytest.mark.model
 def test_a_measured_line_replaces_the_theory_of_its_own_settings(smol):
     line = MeasuredLine(
         bytes_per_token=30_000,
@@ -136,6 +140,7 @@ def test_a_measured_line_replaces_the_theory_of_its_own_settings(smol):
     assert "beyond the KV, measured (allocated)" in f16.basis_text
 
 
+@pytest.mark.model
 def test_theory_rows_stand_on_the_measured_base_and_growth_beyond_the_kv(smol):
     f16_theory = 30 * 3 * 64 * 2 * 2
     line = MeasuredLine(
@@ -177,6 +182,7 @@ def test_a_sliding_window_line_gives_its_base_without_the_window_cache(gemma_pat
     assert option(table, "f16").need_bytes == round(40 * MiB + window + 300 * 4096)
 
 
+@pytest.mark.model
 def test_a_gpu_too_small_for_the_whole_model_gets_partial_offload_rows(smol):
     table = fit_table(smol, 90 * MiB, tier="GPU0 dedicated VRAM", gpu=True, target_ctx=4096)
     assert not any(o.fits for o in table.options if o.n_gpu_layers is None)
@@ -187,6 +193,7 @@ def test_a_gpu_too_small_for_the_whole_model_gets_partial_offload_rows(smol):
     assert q4.n_gpu_layers > next(o for o in partial if o.type_k == "f16").n_gpu_layers
 
 
+@pytest.mark.model
 def test_explicit_slots_appear_in_the_command(smol):
     table = fit_table(smol, 2**30, n_seq=1)
     assert option(table, "f16").command.endswith("-fa on -np 1")
@@ -205,6 +212,7 @@ def test_the_advisor_needs_neither_llama_cpp_nor_textual():
     assert out.strip() == "[]"
 
 
+@pytest.mark.model
 def test_a_reserve_above_the_capacity_leaves_nothing_usable_not_a_negative_size(smol):
     table = fit_table(smol, 2**30, reserve_bytes=3 * 2**30, target_ctx=4096)
     assert table.usable_bytes == 0

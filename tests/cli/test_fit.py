@@ -20,6 +20,7 @@ def fit(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cliff_tui", "fit", *args], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.model
 def test_fit_on_the_default_model_prints_the_flags_line():
     proc = fit("--capacity", "8GiB")
     assert proc.returncode == 0, proc.stderr
@@ -27,6 +28,7 @@ def test_fit_on_the_default_model_prints_the_flags_line():
     assert "Suggested: `llama-server -m " in proc.stdout and " -c 8192 -ctk " in proc.stdout
 
 
+@pytest.mark.model
 def test_fit_json_carries_the_same_table():
     record = json.loads(fit("--capacity", "8GiB", "--json").stdout)
     f16 = next(o for o in record["options"] if o["type_k"] == "f16" and o["flash_attn"])
@@ -51,6 +53,7 @@ def test_fit_on_a_sliding_window_model_has_swa_rows(tmp_path):
     assert "--swa-full" in full["command"]
 
 
+@pytest.mark.model
 def test_fit_from_a_triangulation_uses_the_measured_line():
     record = json.loads(fit("--from", str(DATA / "smollm2_triangulation.jsonl"), "--capacity", "8GiB", "--json").stdout)
     f16 = next(o for o in record["options"] if o["type_k"] == "f16" and o["flash_attn"])
@@ -59,6 +62,7 @@ def test_fit_from_a_triangulation_uses_the_measured_line():
     assert q8["basis"] == "theory + measured"
 
 
+@pytest.mark.model
 def test_a_recording_with_flash_attention_auto_measures_only_the_flash_attention_row():
     record = json.loads(fit("--from", str(DATA / "smollm2_triangulation.jsonl"), "--capacity", "8GiB", "--json").stdout)
     measured = [(o["type_k"], o["flash_attn"], o["swa_full"]) for o in record["options"] if o["basis"] == "measured"]
@@ -112,8 +116,8 @@ def test_a_sliding_window_triangulation_measures_only_its_own_settings(gemma3_tr
         (["--from", "/nonexistent.json"], "triangulation file not found"),
     ],
 )
-def test_fit_bad_input_is_one_line_and_exit_2(args, words):
-    proc = fit(*args)
+def test_fit_bad_input_is_one_line_and_exit_2(args, words, tiny_model):
+    proc = fit(*args) if "-m" in args else fit("-m", str(tiny_model), *args)
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -136,10 +140,10 @@ NOT_A_LINE = {
     ],
     ids=["no-slopes", "kv-compare-not-a-list", "infinite-slope", "400-digit-slope", "nested-too-deep"],
 )
-def test_fit_from_a_file_that_is_no_triangulation_is_one_line(tmp_path, content, words):
+def test_fit_from_a_file_that_is_no_triangulation_is_one_line(tmp_path, content, words, tiny_model):
     junk = tmp_path / "notes.json"
     junk.write_text(content)
-    proc = fit("--from", str(junk))
+    proc = fit("-m", str(tiny_model), "--from", str(junk))
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -162,6 +166,7 @@ def test_a_triangulation_ends_with_the_fit_table_in_md_and_json():
     assert fit_part["base_bytes"] == round(record["intercept_bytes"]["touched"]) - fit_part["output_bytes"]
 
 
+@pytest.mark.model
 def test_vram_asks_what_fits_on_a_gpu_of_that_size():
     proc = fit("--vram", "100MiB", "--reserve", "4MiB", "-c", "4096")
     assert proc.returncode == 0, proc.stderr
@@ -176,6 +181,7 @@ def test_vram_asks_what_fits_on_a_gpu_of_that_size():
     assert " -ngl " in record["best_command"]
 
 
+@pytest.mark.model
 def test_vram_large_enough_needs_no_ngl_rows():
     record = json.loads(fit("--vram", "8GiB", "--json").stdout)
     assert record["tier"] == "a GPU's VRAM (what if: --vram)" and record["output_bytes"] == 0  # logits stay in RAM
@@ -204,8 +210,8 @@ def test_vram_large_enough_needs_no_ngl_rows():
         (["--capacity", "0GiB"], "argument --capacity: a tier of '0GiB' holds nothing: give its size with a unit"),
     ],
 )
-def test_vram_bad_input_exits_2(args, words):
-    proc = fit(*args)
+def test_vram_bad_input_exits_2(args, words, tiny_model):
+    proc = fit("-m", str(tiny_model), *args)
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
 
 

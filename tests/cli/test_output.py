@@ -47,7 +47,7 @@ def test_a_headless_watch_stops_when_its_reader_has_what_it_wanted():
     [
         ["watch", "--headless", "-i", "0.1"],
         ["watch", "--headless", "--json"],
-        ["fit", "--capacity", "8GiB"],
+        pytest.param(["fit", "--capacity", "8GiB"], marks=pytest.mark.model),  # the default model's table
         ["watch", "--once"],
     ],
 )
@@ -93,8 +93,8 @@ def test_no_terminal_is_said_before_a_recording_is_created(tmp_path):
         (["--fill", "synthetic"], "65,000"),  # the default depths, planned
     ],
 )
-def test_a_triangulation_whose_depths_do_not_fit_the_given_context_says_so(args, deepest):
-    proc = run("triangulate", "--headless", *args, "-n", "8", "-c", "300")
+def test_a_triangulation_whose_depths_do_not_fit_the_given_context_says_so(args, deepest, tiny_model):
+    proc = run("triangulate", "-m", str(tiny_model), "--headless", *args, "-n", "8", "-c", "300")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         f"cliff-tui: -c 300 is smaller than the depth {deepest} + "
@@ -103,9 +103,11 @@ def test_a_triangulation_whose_depths_do_not_fit_the_given_context_says_so(args,
     )
 
 
-def test_a_triangulation_refuses_a_reserve_no_tier_here_holds_before_it_loads_the_model():
+def test_a_triangulation_refuses_a_reserve_no_tier_here_holds_before_it_loads_the_model(tiny_model):
     reserve = 4 * psutil.virtual_memory().total  # above any GPU's VRAM on machines this runs on
-    proc = run("triangulate", "--headless", "--depths", "256", "-n", "8", "--reserve", str(reserve))
+    proc = run(
+        "triangulate", "-m", str(tiny_model), "--headless", "--depths", "256", "-n", "8", "--reserve", str(reserve)
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1  # no progress line: nothing loaded
     assert proc.stderr.startswith(
@@ -127,16 +129,21 @@ def test_a_triangulation_refuses_a_reserve_no_tier_here_holds_before_it_loads_th
         ),
     ],
 )
-def test_settings_a_run_refuses_are_said_before_the_screen_opens(args, line):
-    proc = run(*args, stdin=subprocess.DEVNULL)  # were the screen first, it would say it needs a terminal
+def test_settings_a_run_refuses_are_said_before_the_screen_opens(args, line, tiny_model):
+    command, *rest = args
+    proc = run(
+        command, "-m", str(tiny_model), *rest, stdin=subprocess.DEVNULL
+    )  # a screen first would ask for a terminal
     assert proc.returncode == 2
     assert proc.stderr == f"cliff-tui: {line}\n"
 
 
-def test_a_triangulation_refuses_a_pipe_as_its_prompt_file(tmp_path):
+def test_a_triangulation_refuses_a_pipe_as_its_prompt_file(tmp_path, tiny_model):
     fifo = tmp_path / "doc"
     os.mkfifo(fifo)
-    proc = run("triangulate", "--headless", "--depths", "256", "-n", "8", "--prompt-file", str(fifo))
+    proc = run(
+        "triangulate", "-m", str(tiny_model), "--headless", "--depths", "256", "-n", "8", "--prompt-file", str(fifo)
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         f"cliff-tui: {fifo} is a pipe: triangulate reads the prompt file once per depth, so pass a regular file"

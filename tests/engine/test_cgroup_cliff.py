@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cgroup_cliff import MiB, Monitor, Sandbox, cache_outside, paging_onset
 from cliff_tui.analysis.speed import robust_line
 from cliff_tui.events import DecodeWindow
@@ -66,6 +68,8 @@ def decode_started_at(record: Path) -> float:
     raise AssertionError("the recording has no decode phase")
 
 
+@pytest.mark.model
+@pytest.mark.slow
 def test_decode_falls_off_a_cliff_when_the_kv_cache_is_paged_to_swap(memory_sandbox, tmp_path, smollm2):
     box = memory_sandbox(LIMIT, swap_bytes=1024 * MiB, swap_kind="file")
     cache_outside(smollm2)

@@ -297,6 +297,7 @@ def _cli_run(model, fill_mode: str, depth: int, *flags: str) -> dict:
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_a_filled_context_holds_the_memory_a_prefilled_one_does(smollm2):
     """Each run in its own process (RSS does not come back in one): the KV buffers are the same
     bytes, and the RSS peak and its rise from the baseline agree within 2 %. At 2k the probes,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import resource
 import subprocess
 import sys
 import threading
@@ -10,6 +13,7 @@ import time
 
 import pytest
 
+from cliff_tui.engine.llama import Context
 from cliff_tui.engine.llama_log import parse_buffer_line, parse_flash_attn
 from cliff_tui.engine.runner import (
     MIN_WINDOW_TOKENS,
@@ -22,6 +26,7 @@ from cliff_tui.engine.runner import (
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.errors import BadInput, Cancelled, DoesNotFit
 from cliff_tui.events import DecodeWindow, Notice, RunFailed, RunFinished, RunProgress
+from cliff_tui.recording.reader import open_recording
 from cliff_tui.records import BufferSize, RunSettings
 
 
@@ -139,24 +144,80 @@ def test_a_context_that_cannot_fit_is_a_clean_failure(tiny_model):
     assert failed and failed[0].kind == "does_not_fit" and failed[0].n_ctx >= 4_000_000_000
 
 
-def test_cancel_during_prefill_stops_within_a_second(smollm2):
+def test_a_context_the_address_space_cannot_hold_fails_in_llama_cpp_as_does_not_fit(tiny_model, tmp_path):
+    """RLIMIT_AS below the KV cache: the check from RAM and swap lets the context through, and
+    llama.cpp's own allocation fails as the context is created."""
+    n_ctx = 2 * 1024 * 1024  # 1 GiB of the tiny model's f16 cache (512 B a cell), in 1 GiB of address space
+    record = tmp_path / "r.jsonl"
+    argv = ["run", "--headless", "-m", str(tiny_model), "--depth", "64", "--n-gen", "8", "-t", "2"]
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # glibc's per-thread arenas reserve address space too
+
+    def one_gib_of_address_space() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cliff_tui", *argv, "-c", str(n_ctx), "--record", str(record)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        preexec_fn=one_gib_of_address_space,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.fullmatch(
+        r"cliff-tui: a context of 2,097,152 tokens does not fit: .*allocate.*kv cache — try a smaller -c/--depth, .*",
+        proc.stderr.strip().splitlines()[-1],
+    ), proc.stderr
+    failed = [e for e in open_recording(record).events if isinstance(e, RunFailed)]
+    assert [(f.kind, f.n_ctx) for f in failed] == [("does_not_fit", n_ctx)]
+    unlimited = subprocess.run(  # the same context where the address space is not held
+        [sys.executable, "-m", "cliff_tui", *argv, "-c", str(n_ctx), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert unlimited.returncode == 0, unlimited.stderr[-2000:]
+    assert json.loads(unlimited.stdout)["n_ctx"] == n_ctx
+
+
+@pytest.mark.model
+def test_cancel_during_prefill_stops_the_chunk_in_flight(smollm2, monkeypatch):
     cancel = threading.Event()
+    chunks: list[tuple[bool, str]] = []  # prefill calls: (cancel already set as it began, how it ended)
+    decode = Context.decode
+
+    def counted(self, tokens):
+        if len(tokens) == 1:  # a probe's token, not a prefill chunk
+            return decode(self, tokens)
+        began_cancelled = cancel.is_set()
+        try:
+            decode(self, tokens)
+        except Cancelled:
+            chunks.append((began_cancelled, "aborted"))
+            raise
+        chunks.append((began_cancelled, "done"))
+
+    monkeypatch.setattr(Context, "decode", counted)
     events = []
-    run = Run(RunSettings(str(smollm2), 8192, 8), events.append, cancel=cancel)
+    # chunks of 128 between the probes at 1,024 and 2,048: the cancel lands inside one
+    run = Run(RunSettings(str(smollm2), 8192, 8, batch_size=128, ubatch_size=128), events.append, cancel=cancel)
     outcome = []
     thread = threading.Thread(target=lambda: outcome.append(_capture(run.execute)))
     thread.start()
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(
-        isinstance(e, RunProgress) and e.phase == "prefill" and e.depth >= 1024 for e in events
+    deadline = time.monotonic() + 300  # a loaded machine prefills slowly
+    while time.monotonic() < deadline and not any(
+        isinstance(e, RunProgress) and e.phase == "prefill" and 1024 < e.depth <= 1664 for e in events
     ):
-        time.sleep(0.05)
-    t = time.monotonic()
+        time.sleep(0.01)
     cancel.set()
-    thread.join(5)
+    thread.join(120)
     assert not thread.is_alive()
-    assert time.monotonic() - t < 1.0
     assert isinstance(outcome[0], Cancelled)
+    # the chunk in flight was stopped inside llama.cpp (or, where it had just ended, the next one
+    # as it began): none ran to its end after the cancel
+    assert chunks[-1][1] == "aborted"
+    assert not [c for c in chunks if c == (True, "done")]
 
 
 def _capture(fn):
@@ -188,6 +249,7 @@ def test_quantised_v_without_flash_attention_exits_2(tiny_model):
     assert proc.returncode == 2 and "needs flash attention" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.model
 def test_headless_run_on_the_default_model_prints_the_record():
     proc = cli("run", "--headless", "--depth", "1024", "--n-gen", "32", "-o", "json")
     assert proc.returncode == 0, proc.stderr
@@ -209,7 +271,10 @@ def test_headless_run_on_the_default_model_prints_the_record():
     # SmolLM2: 30 layers × 3 KV heads × (64 + 64) × 2 B = 22.5 KiB per token, f16
     assert record["kv_buffers"]["CPU"] == pytest.approx(1280 * 23040, rel=0.01)
     assert record["gpus"] == [] and "no GPU" in record["gpus_reason"]
-    assert record["verdict"] in ("ok", "info"), record["verdict_text"]  # nothing spills: CPU-only, no swap
+    # nothing spills (CPU-only, no swap): no cliff; amber only for the load other tests put on this machine
+    assert record["verdict"] in ("ok", "info", "amber"), record["verdict_text"]
+    if record["verdict"] == "amber":
+        assert "other processes used" in record["verdict_text"], record["verdict_text"]
 
 
 @pytest.mark.parametrize("fmt", ["md", "csv", "jsonl"])

@@ -265,11 +265,14 @@ def test_the_followed_processs_real_cpu_quota_is_exported():
     import time
 
     from cgroup_fixtures import quota_cgroup
+    from cliff_tui.probes.cgroup import read_cpu_quota
 
     spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
     with quota_cgroup(50_000) as made:
         child = made.popen([sys.executable, "-c", spin], stdout=subprocess.DEVNULL)
-        time.sleep(0.5)
+        deadline = time.monotonic() + 20  # a loaded machine starts the interpreter slowly
+        while (read_cpu_quota(child.pid).throttled_periods or 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
         session = Session(queued=False)
         session.feed(Sampler(pid=child.pid).sample())
         _, series = scrape_registry(Exporter(session).registry)

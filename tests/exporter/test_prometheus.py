@@ -32,9 +32,14 @@ def test_prometheus_scrapes_the_ram_tier_and_the_signs(prometheus):
     assert ram[0]["metric"]["job"] == "cliff-tui" and ram[0]["metric"]["instance"]
     capacity = prometheus.wait_for('cliff_memory_capacity_bytes{tier="ram"}')
     assert float(capacity[0]["value"][1]) >= float(ram[0]["value"][1])
-    signs = prometheus.wait_for("cliff_sign_level")
-    assert {s["metric"]["sign"] for s in signs} == {"1", "2", "3"}
-    assert all(0 <= float(s["value"][1]) <= 3 for s in signs)
+    signs = {s["metric"]["sign"]: s for s in prometheus.wait_for("cliff_sign_level")}
+    assert {sign: s["metric"]["name"] for sign, s in signs.items()} == {"1": "spill", "2": "ram", "3": "speed"}
+    # watching, with no token source: speed is not applicable (0); RAM is at most information
+    # (another process's growth), never a warning with no generation running
+    assert float(signs["3"]["value"][1]) == 0
+    assert float(signs["2"]["value"][1]) in (0, 1)
+    applicable = {s["metric"]["sign"]: float(s["value"][1]) for s in prometheus.wait_for("cliff_sign_applicable")}
+    assert applicable["3"] == 0
     up = prometheus.wait_for('up{job="cliff-tui"}')
     assert float(up[0]["value"][1]) == 1
 

@@ -322,10 +322,12 @@ def test_real_cpu_quota_of_a_child():
     spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
     with quota_cgroup(50_000, 100_000) as made:
         child = made.popen([sys.executable, "-c", spin])
-        time.sleep(0.6)
-        quota = read_cpu_quota(child.pid)
+        deadline = time.monotonic() + 20  # a loaded machine starts the interpreter slowly
+        while ((quota := read_cpu_quota(child.pid)).throttled_periods or 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert (quota.path, quota.cpus) == (made.path, 0.5)
-        assert quota.periods >= 3 and quota.throttled_periods >= 2  # it spins: every period runs out
+        assert quota.throttled_periods >= 2  # it spins: its periods run out
+        assert quota.periods >= quota.throttled_periods
         assert read_cpu_quota() != quota
         assert Sampler(pid=child.pid).sample().cpu_quota.path == made.path  # as the run's samples carry it
     assert not made.directory.exists()

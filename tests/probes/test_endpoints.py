@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cliff_tui.errors import BadInput
@@ -262,14 +262,14 @@ def test_hung_server_times_out_quickly(server):
     started = time.monotonic()
     r = read_llama_server(s.url, 0.3)
     assert r.status == "unreachable" and "timeout" in r.message
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 4  # not held until the server answers, at 5 s
 
 
 def test_an_error_whose_body_never_comes_is_still_one_reply(server):
     s = server(plain, {"/metrics": Route(500, b"internal error", stall_body_s=5)})
     started = time.monotonic()
     reply = ep.fetch(s.url + "/metrics", 0.3)
-    assert (reply.status, reply.body) == (500, "") and time.monotonic() - started < 2
+    assert (reply.status, reply.body) == (500, "") and time.monotonic() - started < 4  # the body: at 5 s
 
 
 @pytest.mark.parametrize("part", ["trickle_s", "trickle_head_s"])
@@ -279,7 +279,7 @@ def test_a_reply_trickled_a_byte_at_a_time_stops_at_twice_the_timeout(server, pa
     started = time.monotonic()
     r = read_llama_server(s.url, 0.3)
     assert r.status == "unreachable" and "sent its reply too slowly: not all of it within 0.6 s" in r.message
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # the whole reply trickles for over 2 minutes
 
 
 def test_a_reply_slow_to_start_but_whole_in_time_is_read(server):
@@ -328,7 +328,7 @@ def test_a_proxy_that_trickles_its_connect_reply_stops_at_twice_the_timeout(monk
     reply = ep.fetch("https://llm.example.internal/metrics", 0.3)
     stop.set()
     assert "sent its reply too slowly: not all of it within 0.6 s" in reply.error
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # the whole reply trickles for 50 s
 
 
 def test_a_tls_handshake_trickled_a_byte_at_a_time_stops_at_the_timeout():
@@ -340,7 +340,7 @@ def test_a_tls_handshake_trickled_a_byte_at_a_time_stops_at_the_timeout():
     reply = ep.fetch(f"https://127.0.0.1:{port}/metrics", 0.3)
     stop.set()
     assert reply.error == f"no answer from 127.0.0.1:{port} within 0.3 s (timeout)"
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # the whole handshake trickles for 50 s
 
 
 def test_a_body_past_the_size_limit_is_refused_not_read_in_part(server, monkeypatch):
@@ -374,6 +374,9 @@ bodies = st.one_of(
             '[{"id": 0, "n_ctx": NaN}]',
             '{"error": {"message": 5}}',
             '{"error": {"message": "metrics"}}',
+            '{"error": "model not found"}',
+            '{"models": []}',
+            "llamacpp:requests_processing 1\n",
             '[{"id": "a", "n_ctx": true}]',
             '[{"id": 0, "n_ctx": 1' + "0" * 400 + "}]",
             '{"models": [{"name": "m", "size": 1' + "0" * 400 + "}]}",
@@ -383,20 +386,54 @@ bodies = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(replies=st.lists(st.tuples(st.sampled_from([None, 200, 404, 500, 501, 503]), bodies), min_size=1, max_size=5))
-def test_readers_never_raise_whatever_the_server_says(replies):
-    """Any status and body, in any order, gives a reading with a known status and no exception."""
+def _replayed(replies: list) -> ep.Getter:
     queue = list(replies)
 
     def get(url: str, timeout: float) -> ep.Reply:
         status, body = queue.pop(0) if len(queue) > 1 else queue[0]
         return ep.Reply(url, status, body if status else "", None if status else "no answer")
 
-    for read in (read_llama_server, read_ollama):
-        r = read("http://127.0.0.1:1", 1, get=get)
-        assert r.status in ("ok", "unreachable", "no-metrics", "not-llama", "error")
+    return get
+
+
+def _llama_statuses(metrics: ep.Reply) -> set[str]:
+    """What llama-server's reader can make of a server whose /metrics gave ``metrics``."""
+    if metrics.status is None:
+        return {"unreachable"}
+    if metrics.status == 200:
+        return {"ok", "not-llama"} if "llamacpp:" in metrics.body else {"not-llama"}
+    return {"error", "no-metrics", "not-llama"}  # which: its error body, then /props
+
+
+def _ollama_status(ps: ep.Reply) -> str:
+    """Ollama's reader decides from /api/ps alone."""
+    if ps.status is None:
+        return "unreachable"
+    body = ps.json()
+    if ps.status == 200 and isinstance(body, dict) and isinstance(body.get("models"), list):
+        return "ok"
+    return "error" if isinstance(body, dict) and isinstance(body.get("error"), str) else "not-llama"
+
+
+@settings(max_examples=150, deadline=None)
+@given(replies=st.lists(st.tuples(st.sampled_from([None, 200, 404, 500, 501, 503]), bodies), min_size=1, max_size=5))
+@example(replies=[(None, "")])
+@example(replies=[(200, '{"models": []}')])
+@example(replies=[(404, '{"error": "model not found"}')])
+@example(replies=[(200, "llamacpp:requests_processing 1\n"), (200, "[]")])
+@example(replies=[(200, "# HELP up\nup 1\n")])
+def test_readers_never_raise_whatever_the_server_says(replies):
+    """Any status and body, in any order, gives a reading and no exception: the status the first
+    reply calls for, and a message with anything but ok."""
+    first = _replayed(replies)("http://127.0.0.1:1/first", 1)
+    llama_reading = read_llama_server("http://127.0.0.1:1", 1, get=_replayed(replies))
+    assert llama_reading.status in _llama_statuses(first)
+    ollama_reading = read_ollama("http://127.0.0.1:1", 1, get=_replayed(replies))
+    assert ollama_reading.status == _ollama_status(first)
+    for r in (llama_reading, ollama_reading):
         assert r.status == "ok" or r.message
+        if r.status == "unreachable":
+            assert r.message == "no answer"
         endpoint_record(r)
 
 

@@ -20,6 +20,8 @@ import psutil
 import pynvml
 import pytest
 
+from cliff_tui.analysis.buffers import gpu_reading_of
+from cliff_tui.analysis.gauge import CliffRoom, cliff_room
 from cliff_tui.probes import system
 from cliff_tui.probes.amd import AmdSysfsProbe, find_amd_cards
 from cliff_tui.probes.nvidia import NvidiaProbe
@@ -222,7 +224,7 @@ def test_every_field_of_a_healthy_gpu():
     assert (r.util_pct, r.temperature_c) == (87.0, 64.0)
     assert (r.sm_clock_mhz, r.mem_clock_mhz) == (2475, 10501)
     assert r.throttle_reasons == ()
-    assert (r.pcie_rx_bytes_s, r.pcie_tx_bytes_s) == (1200 * 1024.0, 300 * 1024.0)
+    assert (r.pcie_rx_bytes_s, r.pcie_tx_bytes_s) == (1_228_800.0, 307_200.0)  # NVML's KB/s are KiB/s
     assert r.processes == (GpuProcess(4242, 2 * GiB), GpuProcess(4343, None))
     assert r.shared_used_bytes is None  # NVML has no shared VRAM; the shared backends say why
     assert r.reasons == {}
@@ -298,10 +300,9 @@ def test_memory_v2_missing_in_the_driver_falls_back_to_v1():
     for _ in range(3):
         r = only(probe)
         assert r.vram_reserved_bytes is None
-        assert "nvmlDeviceGetMemoryInfo_v2" in r.reasons["vram_reserved_bytes"]
-        # v1: used = total - free, so the reserved memory is counted as used
-        assert (r.vram_used_bytes, r.vram_total_bytes) == (2 * GiB + 256 * MiB, 8 * GiB)
-        assert "vram_used_bytes" not in r.reasons
+        assert r.reasons == {"vram_reserved_bytes": "nvmlDeviceGetMemoryInfo_v2 not available in this driver"}
+        # v1's used is total - free: 2.25 GiB, the 256 MiB reserved counted as used
+        assert (r.vram_used_bytes, r.vram_total_bytes) == (2_415_919_104, 8_589_934_592)
     assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] == 1
     assert fake.calls["nvmlDeviceGetMemoryInfo"] == 3
 
@@ -310,7 +311,7 @@ def test_a_binding_without_nvmlMemory_v2_uses_v1_without_trying_v2():
     probe, fake = probe_for(FakeGpu(total=8 * GiB, used=2 * GiB, reserved=0), absent=["nvmlMemory_v2"])
     r = only(probe)
     assert (r.vram_used_bytes, r.vram_total_bytes, r.vram_reserved_bytes) == (2 * GiB, 8 * GiB, None)
-    assert "vram_reserved_bytes" in r.reasons
+    assert r.reasons == {"vram_reserved_bytes": "nvmlDeviceGetMemoryInfo_v2 not available in this driver"}
     assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] == 0
 
 
@@ -546,6 +547,49 @@ def test_a_driver_older_than_clock_event_reasons_uses_throttle_reasons():
     assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 1
 
 
+EVENT_REASONS = "nvmlDeviceGetCurrentClocksEventReasons"  # the name since driver R535
+THROTTLE_REASONS = "nvmlDeviceGetCurrentClocksThrottleReasons"  # the name before it
+
+
+@pytest.mark.parametrize(
+    "absent, driver_lacks, words, reason",
+    [
+        # the newest binding, without the old name: the new one answers
+        ([THROTTLE_REASONS], [], ("thermal (hw)",), None),
+        # ... on a driver older than R535, which has only the old symbol
+        ([THROTTLE_REASONS], [EVENT_REASONS], None, "not in this NVIDIA driver"),
+        # a binding older than the new name, on a driver without the old symbol
+        ([EVENT_REASONS], [THROTTLE_REASONS], None, "not in this NVIDIA driver"),
+        # a binding with neither
+        (
+            [EVENT_REASONS, THROTTLE_REASONS],
+            [],
+            None,
+            "not in this nvidia-ml-py (it has neither nvmlDeviceGetCurrentClocksEventReasons"
+            " nor nvmlDeviceGetCurrentClocksThrottleReasons)",
+        ),
+    ],
+)
+def test_a_binding_of_any_age_gives_a_reading(absent, driver_lacks, words, reason):
+    fnf = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    gpu = FakeGpu(
+        used=3 * GiB,
+        clock_events=pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+        errors=dict.fromkeys(driver_lacks, fnf),
+    )
+    probe, fake = probe_for(gpu, absent=absent)
+    for tick in range(3):
+        r = only(probe)
+        assert r.throttle_reasons == words
+        assert r.reasons.get("throttle_reasons") == reason
+        assert r.vram_used_bytes == 3 * GiB  # the rest of the GPU is read
+        if tick == 0:
+            asked = fake.calls[EVENT_REASONS] + fake.calls[THROTTLE_REASONS]
+    # one call a tick once found; a function neither has is not asked again
+    expected = asked + (2 if words is not None else 0)
+    assert fake.calls[EVENT_REASONS] + fake.calls[THROTTLE_REASONS] == expected
+
+
 def test_a_missing_clock_event_function_is_not_asked_every_tick():
     fnf = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
     probe, fake = probe_for(FakeGpu(errors={"nvmlDeviceGetCurrentClocksEventReasons": fnf}))
@@ -571,12 +615,18 @@ def test_close_balances_a_successful_init_even_without_gpus():
 
 def test_a_transient_v2_memory_error_does_not_shift_used_by_reserved():
     gpu = FakeGpu(used=3 * GiB, reserved=300 * MiB)
-    probe, _fake = probe_for(gpu)
+    probe, fake = probe_for(gpu)
     assert only(probe).vram_used_bytes == 3 * GiB
     gpu.errors = {"nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_UNKNOWN}
     r = only(probe)
-    assert r.vram_used_bytes in (None, 3 * GiB)  # n/a with the error, or the same meaning — never +reserved
-    assert "Unknown Error" in str(r.reasons)
+    # n/a this tick: v1's used (3 GiB + 300 MiB reserved) would be a jump nothing allocated
+    assert (r.vram_used_bytes, r.vram_total_bytes, r.vram_reserved_bytes) == (None, None, None)
+    assert r.reasons == dict.fromkeys(
+        ("vram_used_bytes", "vram_total_bytes", "vram_reserved_bytes"), "NVML error: Unknown Error"
+    )
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] == 0
+    gpu.errors = {}
+    assert only(probe).vram_used_bytes == 3 * GiB  # v2 again on the next tick
 
 
 def test_pcie_kb_per_second_become_bytes_per_second():
@@ -596,7 +646,13 @@ def test_pcie_sampling_off_never_calls_the_20ms_function():
 
 
 def test_the_fake_uses_the_real_binding_errors_and_shapes():
-    fake = FakeNvml([FakeGpu(errors={"nvmlDeviceGetTemperature": pynvml.NVML_ERROR_NOT_SUPPORTED})])
+    gpu = FakeGpu(
+        total=8 * GiB,
+        used=2 * GiB,
+        reserved=256 * MiB,
+        errors={"nvmlDeviceGetTemperature": pynvml.NVML_ERROR_NOT_SUPPORTED},
+    )
+    fake = FakeNvml([gpu])
     nvml = fake.module
     with pytest.raises(pynvml.NVMLError_Uninitialized):
         nvml.nvmlDeviceGetCount()
@@ -605,10 +661,12 @@ def test_the_fake_uses_the_real_binding_errors_and_shapes():
     with pytest.raises(pynvml.NVMLError_NotSupported):
         nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)
     v1 = nvml.nvmlDeviceGetMemoryInfo(h)
-    assert not hasattr(v1, "reserved")  # as the real c_nvmlMemory_t
+    assert type(v1) is pynvml.c_nvmlMemory_t and not hasattr(v1, "reserved")
+    # NVML's documented meanings: v2 used excludes the reserved memory, v1 used is total - free
+    assert (v1.total, v1.free, v1.used) == (8_589_934_592, 6_174_015_488, 2_415_919_104)
     v2 = nvml.nvmlDeviceGetMemoryInfo(h, version=nvml.nvmlMemory_v2)
-    assert v2.total == v2.used + v2.reserved + v2.free
-    assert v1.used == v2.used + v2.reserved
+    assert type(v2) is pynvml.c_nvmlMemory_v2_t
+    assert (v2.total, v2.reserved, v2.used, v2.free) == (8_589_934_592, 268_435_456, 2_147_483_648, 6_174_015_488)
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
         nvml.nvmlDeviceGetHandleByIndex(1)
 
@@ -716,6 +774,37 @@ def test_amd_gtt_unreadable_is_na_not_zero(drm: Path):
     assert r.shared_used_bytes is None
     assert r.reasons["shared_used_bytes"].startswith("not readable")
     assert "mem_info_gtt_used" in r.reasons["shared_used_bytes"]
+
+
+def test_amd_cards_are_in_the_drivers_numeric_order(tmp_path: Path):
+    root = tmp_path / "drm"
+    for n in (10, 2, 1):
+        _amd_tree(root, f"card{n}", product=f"card {n}")
+    assert [r.name for r in AmdSysfsProbe(root).read()] == ["card 1", "card 2", "card 10"]
+
+
+def test_on_a_box_with_both_vendors_each_llama_device_is_its_own_vendors_card(tmp_path: Path):
+    root = tmp_path / "drm"
+    _amd_tree(root, "card1", vram_used=2 * GiB, vram_total=16 * GiB, product="AMD Radeon RX 7900 XTX")
+    _amd_tree(root, "card2", vram_used=1 * GiB, vram_total=8 * GiB, product="AMD Radeon RX 7600")
+    fake = FakeNvml([FakeGpu(name="NVIDIA GeForce RTX 4070", total=12 * GiB, used=3 * GiB, reserved=0)])
+    sampler = Sampler(nvidia=NvidiaProbe(nvml=fake.module), amd=AmdSysfsProbe(root), platform="linux")
+    sample = sampler.sample()
+    sampler.close()
+    # every card its own index: the screen's history keys (gpu0.vram …) and labels never collide
+    assert [(g.index, g.vendor, g.name) for g in sample.gpus] == [
+        (0, "nvidia", "NVIDIA GeForce RTX 4070"),
+        (1, "amd", "AMD Radeon RX 7900 XTX"),
+        (2, "amd", "AMD Radeon RX 7600"),
+    ]
+    # llama.cpp numbers each backend's devices from 0
+    assert cliff_room(sample, "CUDA0") == CliffRoom("GPU0 dedicated VRAM", 12 * GiB, 9 * GiB)
+    assert cliff_room(sample, "ROCm0") == CliffRoom("GPU1 dedicated VRAM", 16 * GiB, 14 * GiB)
+    assert cliff_room(sample, "ROCm1") == CliffRoom("GPU2 dedicated VRAM", 8 * GiB, 7 * GiB)
+    assert cliff_room(sample, "HIP1").tier == "GPU2 dedicated VRAM"
+    assert cliff_room(sample, "CUDA1").tier == "RAM"  # no second NVIDIA card: not an AMD one
+    assert gpu_reading_of("SYCL0", sample.gpus) is None  # an Intel card: none of these
+    assert gpu_reading_of("CPU", sample.gpus) is None
 
 
 # --- Windows counters through recorded instance shapes ------------------------------------------

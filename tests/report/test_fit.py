@@ -10,6 +10,8 @@ from cliff_tui.analysis.fit import MeasuredLine, fit_table
 from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.report.fit import fit_record, format_fit_markdown
 
+pytestmark = pytest.mark.model  # every table here is SmolLM2's
+
 MiB = 2**20
 
 

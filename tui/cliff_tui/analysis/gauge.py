@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.analysis.buffers import gpu_index_of
+from cliff_tui.analysis.buffers import gpu_reading_of
 from cliff_tui.events import Sample
 
 GaugeSource = Literal["measured", "this run"]
@@ -47,10 +47,9 @@ class CliffRoom:
 def cliff_room(sample: Sample, kv_device: str | None) -> CliffRoom | None:
     """The tier the KV cache sits on and what it has left: a GPU's dedicated VRAM, else RAM (the
     cgroup's limit where one applies)."""
-    gpu = gpu_index_of(kv_device)
-    for g in sample.gpus:
-        if g.index == gpu and g.vram_total_bytes and g.vram_used_bytes is not None:
-            return CliffRoom(f"GPU{g.index} dedicated VRAM", g.vram_total_bytes, g.vram_total_bytes - g.vram_used_bytes)
+    g = gpu_reading_of(kv_device, sample.gpus)
+    if g is not None and g.vram_total_bytes and g.vram_used_bytes is not None:
+        return CliffRoom(f"GPU{g.index} dedicated VRAM", g.vram_total_bytes, g.vram_total_bytes - g.vram_used_bytes)
     tier = sample.cgroup.tier if sample.cgroup is not None else "RAM"
     return CliffRoom(tier, sample.ram_capacity_bytes, sample.ram_room_bytes)
 

@@ -23,7 +23,8 @@ GGUF_MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.")
-_FILE_TYPES = {
+# general.file_type → the name llama.cpp gives it (enum llama_ftype; gguf.LlamaFileType)
+FILE_TYPE_NAMES = {
     0: "F32",
     1: "F16",
     2: "Q4_0",
@@ -40,7 +41,25 @@ _FILE_TYPES = {
     16: "Q5_K_S",
     17: "Q5_K_M",
     18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    21: "Q2_K_S",
+    22: "IQ3_XS",
+    23: "IQ3_XXS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    27: "IQ3_M",
+    28: "IQ2_S",
+    29: "IQ2_M",
+    30: "IQ4_XS",
+    31: "IQ1_M",
     32: "BF16",
+    36: "TQ1_0",
+    37: "TQ2_0",
+    38: "MXFP4_MOE",
+    39: "NVFP4",
+    40: "Q1_0",
 }
 
 
@@ -205,7 +224,8 @@ def model_info_from_metadata(path: str, size: int, meta: dict[str, Any]) -> Mode
         return _as_int(key(name))
 
     n_head = num("attention.head_count")
-    n_head_kv = num("attention.head_count_kv") or n_head
+    # llama.cpp takes the query heads where the key is absent; a hybrid's per-layer 0s stay 0s
+    n_head_kv = n_head if key("attention.head_count_kv") is None else num("attention.head_count_kv")
     embd = num("embedding_length")
     head_dim = embd // n_head if embd and n_head else None
     file_type = meta.get("general.file_type")
@@ -223,7 +243,7 @@ def model_info_from_metadata(path: str, size: int, meta: dict[str, Any]) -> Mode
         head_dim_v=num("attention.value_length") or head_dim,
         n_ctx_train=num("context_length"),
         sliding_window=num("attention.sliding_window"),
-        file_type=_FILE_TYPES.get(file_type, None if file_type is None else str(file_type)),
+        file_type=FILE_TYPE_NAMES.get(file_type, None if file_type is None else str(file_type)),
         n_embd=embd,
         n_vocab=num("vocab_size") or (int(tokens) if isinstance(tokens, SkippedArray) else None),
         n_head_kv_layers=_per_layer(key("attention.head_count_kv")),

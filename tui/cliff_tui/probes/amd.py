@@ -21,10 +21,9 @@ def read_sysfs_int(path: Path) -> int | None:
 def find_amd_cards(root: Path = DRM_ROOT) -> list[Path]:
     """``cardN/device`` folders of AMD GPUs that report VRAM (render nodes and connectors skipped)."""
     cards = []
-    for card in sorted(root.glob("card[0-9]*")):
+    numbered = [card for card in root.glob("card[0-9]*") if card.name[4:].isdigit()]
+    for card in sorted(numbered, key=lambda card: int(card.name[4:])):  # card2 before card10
         device = card / "device"
-        if not card.name[4:].isdigit():
-            continue
         try:
             vendor = (device / "vendor").read_text().strip()
         except OSError:

@@ -32,6 +32,8 @@ _CLOCK_EVENT_BITS = {
     0x0000000000000100: "display clocks",
 }
 CLOCK_EVENT_REASONS = tuple(_CLOCK_EVENT_BITS.values())
+# The name since driver R535 first, then the one before it.
+_CLOCK_EVENT_FUNCTIONS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
 
 
 NVML_LIBRARY = "libnvidia-ml.so.1"  # the soname nvidia-ml-py loads on Linux
@@ -216,19 +218,25 @@ class NvidiaProbe:
         return int(info.used), int(info.total), None
 
     def _clock_events(self, handle: Any) -> tuple[str, ...]:
+        """The clock event reasons through whichever function this binding and driver have,
+        remembering the one that answered (R535 renamed the throttle reasons to event reasons;
+        the newest nvidia-ml-py may drop the old name, an old one lacks the new)."""
         nvml = self._nvml
-        if self._clock_fn is None:
-            fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-            if fn is not None:
-                try:
-                    mask = fn(handle)
-                except nvml.NVMLError_FunctionNotFound:  # driver < R535: use the old name from now on
-                    pass
-                else:
-                    self._clock_fn = fn
-                    return _clock_words(mask)
-            self._clock_fn = nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        return _clock_words(self._clock_fn(handle))
+        if self._clock_fn is not None:
+            return _clock_words(self._clock_fn(handle))
+        functions = [fn for name in _CLOCK_EVENT_FUNCTIONS if (fn := getattr(nvml, name, None)) is not None]
+        if not functions:
+            raise _NotInBinding(f"not in this nvidia-ml-py (it has neither {' nor '.join(_CLOCK_EVENT_FUNCTIONS)})")
+        for fn in functions[:-1]:
+            try:
+                mask = fn(handle)
+            except nvml.NVMLError_FunctionNotFound:
+                continue
+            self._clock_fn = fn
+            return _clock_words(mask)
+        mask = functions[-1](handle)
+        self._clock_fn = functions[-1]
+        return _clock_words(mask)
 
     def _pcie_throughput(self, index: int, handle: Any, reasons: dict[str, str]) -> tuple:
         if not self._pcie:
@@ -284,6 +292,9 @@ class NvidiaProbe:
         nvml = self._nvml
         try:
             return call()
+        except _NotInBinding as missing:
+            self._unsupported[key] = reasons[name] = missing.reason
+            return None
         except nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
             if code == nvml.NVML_ERROR_GPU_IS_LOST:
@@ -306,6 +317,14 @@ LOST_REASON = "GPU is lost (fell off the bus): see dmesg; a reboot may be needed
 
 def _clock_words(mask: int) -> tuple[str, ...]:
     return tuple(name for bit, name in _CLOCK_EVENT_BITS.items() if mask & bit)
+
+
+class _NotInBinding(Exception):
+    """The installed nvidia-ml-py has no function for a field: n/a for good, like NotSupported."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _GpuLost(Exception):

@@ -62,6 +62,8 @@ class Sampler:
         just allocated)."""
         t = time.time()
         nvidia_gpus, nvidia_reason = self.nvidia.read()
+        # One index per card across vendors (history keys and labels never collide); a llama.cpp
+        # device (ROCm0, CUDA0) is matched within its vendor: analysis.buffers.gpu_reading_of.
         amd_gpus = self.amd.read(first_index=len(nvidia_gpus)) if self.amd else []
         gpus = fill_shared([*nvidia_gpus, *amd_gpus], self.shared)
         gpus_reason = None
