@@ -6,7 +6,8 @@ differently: llama (plain attention; ``sliding_window`` adds the key, the arch s
 ``arch="deci"`` for per-layer KV heads), gemma3 (interleaved sliding-window layers), deepseek2
 (MLA: one compressed K row, no V), mamba (a recurrent state per sequence, no per-token cache)
 and jamba (a hybrid of the two). ``f16`` stores the weight matrices as F16 (half the file;
-norms stay F32); ``name`` is the model's ``general.name``.
+norms stay F32); ``name`` is the model's ``general.name``; ``split_max_tensors`` writes a split
+model as gguf-split does (``NAME-00001-of-0000N.gguf``, the first part's path returned).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ N_VOCAB = 3 + 256 + len(WORDS)
 class _Model:
     """A GGUFWriter with the shared header, vocabulary and random tensors."""
 
-    def __init__(self, path: Path, arch: str, name: str, seed: int, f16: bool = False) -> None:
+    def __init__(
+        self, path: Path, arch: str, name: str, seed: int, f16: bool = False, split_max_tensors: int = 0
+    ) -> None:
         import gguf
 
         self.rng = np.random.default_rng(seed)
-        self.w = gguf.GGUFWriter(str(path), arch)
+        self.w = gguf.GGUFWriter(str(path), arch, split_max_tensors=split_max_tensors)
         self.arch = arch
         self.path = path
         self.w.add_name(name)
@@ -68,7 +71,7 @@ class _Model:
         self.w.write_kv_data_to_file()
         self.w.write_tensors_to_file()
         self.w.close()
-        return self.path
+        return self.w.format_shard_names(self.path)[0]
 
 
 def _per_layer(value: int | Sequence[int], n_layer: int) -> list[int]:
@@ -89,10 +92,13 @@ def write_tiny_llama(
     arch: str = "llama",
     f16: bool = False,
     name: str | None = None,
+    split_max_tensors: int = 0,
+    rope_scaling: tuple[str, float, int] | None = None,
 ) -> Path:
     """``n_head_kv`` may be one count per layer with ``arch="deci"`` (Nemotron-NAS, the llama
-    layout whose loader sizes each layer from its own count)."""
-    m = _Model(path, arch, name or f"tiny-test-{arch}", seed, f16)
+    layout whose loader sizes each layer from its own count); ``rope_scaling`` is the header's
+    (type, factor, original context), as a long-context release writes it."""
+    m = _Model(path, arch, name or f"tiny-test-{arch}", seed, f16, split_max_tensors)
     kv_heads = _per_layer(n_head_kv, n_layer)
     head_dim = n_embd // n_head
     m.w.add_block_count(n_layer)
@@ -105,6 +111,13 @@ def write_tiny_llama(
     m.w.add_rope_dimension_count(head_dim)
     if sliding_window:
         m.w.add_sliding_window(sliding_window)
+    if rope_scaling:
+        import gguf
+
+        kind, factor, original = rope_scaling
+        m.w.add_rope_scaling_type(gguf.RopeScalingType(kind))
+        m.w.add_rope_scaling_factor(factor)
+        m.w.add_rope_scaling_orig_ctx_len(original)
     m.embeddings(n_embd)
     for i in range(n_layer):
         _attention(m, i, n_embd, n_head * head_dim, head_dim * kv_heads[i])

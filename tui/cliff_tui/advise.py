@@ -8,6 +8,7 @@ No model is loaded: the header, one sample of the tiers, and the theory of llama
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,8 @@ def advise(
     reserve: int | None,
     n_seq: int | None,
     measured: list[MeasuredLine] | None = None,
+    model_args: Sequence[str] = (),
+    flash_attn: Sequence[bool] = (True, False),
 ) -> FitTable:
     given = reserve is not None
     reserve = reserve if given else th.default_reserve(tier.capacity_bytes)
@@ -126,6 +129,8 @@ def advise(
             target_ctx=target,
             n_seq=n_seq,
             measured=measured or [],
+            model_args=model_args,
+            flash_attn=flash_attn,
         )
     except ValueError as exc:
         raise BadInput(f"{model.path}: {exc}") from None

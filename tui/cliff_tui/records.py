@@ -179,6 +179,10 @@ class ModelInfo:
     shortconv_l_cache: int | None = None
     block_weight_bytes: tuple[int, ...] | None = None  # weights of each blk.N, from the tensor table
     output_weight_bytes: int | None = None  # output.weight (token_embd.weight where they are tied)
+    # The header's rope scaling (llama.cpp applies it): its type, factor and the context it stretches.
+    rope_scaling: str | None = None
+    rope_scaling_factor: float | None = None
+    rope_scaling_original_ctx: int | None = None
 
 
 @dataclass(frozen=True)

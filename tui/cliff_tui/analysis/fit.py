@@ -36,6 +36,7 @@ from cliff_tui.analysis.theory import (
     kv_layout,
     pad_n_ctx,
 )
+from cliff_tui.analysis.trained_context import is_past_trained, past_trained_note, past_trained_words
 from cliff_tui.analysis.triangulation import Triangulation
 from cliff_tui.records import ModelInfo, RunResult
 from cliff_tui.units import fmt_bytes
@@ -80,6 +81,7 @@ class FitOption:
     exact: bool  # the theory models every part of this architecture
     best: bool = False
     note: str = ""
+    past_trained: bool = False  # the largest context is past the model's trained context
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class FitTable:
     base_bytes: int | None = None  # the measured non-KV base the rows stand on, when a line was passed
     base_text: str = ""
     beyond_kv_bytes_per_token: float | None = None  # what the line touched per token beyond its theory
+    n_ctx_train: int | None = None
 
     @property
     def usable_bytes(self) -> int:
@@ -137,6 +140,7 @@ class _Context:
     beyond_kv: float | None = None  # its bytes per token beyond its own theory: theory rows add it
     anchor_source: str = ""
     anchor_flash_attn: bool = False
+    model_args: tuple[str, ...] = ()  # how llama-server is told the model (default: -m PATH)
 
 
 def fit_table(
@@ -155,6 +159,8 @@ def fit_table(
     weights_bytes: int | None = None,
     compute_bytes: int | None = None,
     measured: Sequence[MeasuredLine] = (),
+    flash_attn: Sequence[bool] = (True, False),
+    model_args: Sequence[str] = (),
 ) -> FitTable:
     """The table for ``model`` on a tier of ``capacity_bytes`` (VRAM total with ``gpu``, else
     RAM available or the cgroup limit), keeping ``reserve_bytes`` free.
@@ -162,7 +168,9 @@ def fit_table(
     ``n_seq``/``kv_unified`` None: llama-server's default (4 slots, one unified cache).
     ``weights_bytes``: a measured model buffer on the tier. ``compute_bytes``: a measured compute
     buffer (else not included). ``measured``: triangulated lines, used for the options they match;
-    the first one's non-KV base and per-token growth beyond its theory carry the other rows."""
+    the first one's non-KV base and per-token growth beyond its theory carry the other rows.
+    ``flash_attn``: the settings to give rows. ``model_args``: how the command names the model
+    (``-hf REPO:QUANT``, ``-mu URL``; default ``-m PATH``)."""
     layout = kv_layout(model)
     if layout is None:
         raise ValueError(
@@ -192,6 +200,7 @@ def fit_table(
         weights,
         compute_bytes or 0,
         output,
+        model_args=tuple(model_args),
     )
     anchor = measured[0] if measured else None
     if anchor is not None:
@@ -206,7 +215,7 @@ def fit_table(
     options = [
         _option(ctx, t, t, fa, swa_full, measured)
         for t in cache_types
-        for fa in (True, False)
+        for fa in flash_attn
         for swa_full in ((False, True) if has_swa else (False,))
     ]
     if gpu and not any(o.fits for o in options):
@@ -217,6 +226,7 @@ def fit_table(
         )
         options += [o for o in partial if o]
     options = _mark_best(options)
+    options = [dataclasses.replace(o, past_trained=is_past_trained(model, o.max_context)) for o in options]
     first = next((o for o in options if o.valid), None)
     breakdown = _breakdown_lines(ctx, first) if first else ()
     slots_text = (
@@ -243,11 +253,19 @@ def fit_table(
         output,
         tuple(options),
         breakdown,
-        _notes(ctx, layout, compute_bytes),
+        _notes(ctx, layout, compute_bytes) + _trained_notes(model, target, options),
         None if ctx.base is None else round(ctx.base),
         base_text,
         ctx.beyond_kv,
+        model.n_ctx_train,
     )
+
+
+def _trained_notes(model: ModelInfo, target: int, options: Sequence[FitOption]) -> tuple[str, ...]:
+    if any(o.past_trained for o in options):
+        return (f"† marks a largest context {past_trained_words(model)}",)
+    note = past_trained_note(model, target, f"the target {target:,}")
+    return (note,) if note else ()
 
 
 def _measured_base(ctx: _Context, line: MeasuredLine) -> float:
@@ -472,10 +490,10 @@ def _partial_offload(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool) ->
 def _command(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n_ctx: int | None, ngl: int | None) -> str | None:
     if not n_ctx:
         return None
+    model = ctx.model_args or ("-m", ctx.model.path)
     parts = [
         "llama-server",
-        "-m",
-        shlex.quote(ctx.model.path),
+        *(shlex.quote(arg) for arg in model),
         "-c",
         str(n_ctx),
         "-ctk",

@@ -12,6 +12,7 @@ resident memory when it lives in RAM (then swap is the cliff).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -22,8 +23,9 @@ from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.buffers import gpu_index_of
 from cliff_tui.analysis.speed import fit_line
 from cliff_tui.analysis.theory import N_CTX_PAD
+from cliff_tui.analysis.trained_context import past_trained_note
 from cliff_tui.events import RunFailed, TriangulationPlanned
-from cliff_tui.records import RunResult
+from cliff_tui.records import ModelInfo, RunResult
 from cliff_tui.units import KiB, MiB, fmt_bytes
 
 
@@ -107,6 +109,7 @@ class Projection:
     max_context: int | None
     limited_by: str
     formula: str
+    trained_note: str | None = None  # the largest context or the target is past the trained context
 
     @property
     def by_capacity(self) -> bool:
@@ -274,6 +277,7 @@ def triangulate(
     plan: TriangulationPlanned | None = None,
     theory_bytes_per_token: float | None = None,
     target: int | None = None,
+    model: ModelInfo | None = None,
 ) -> Triangulation:
     points = tuple(sorted((memory_point(r) for r in results), key=lambda p: p.n_ctx))
     kv_device = next((r.kv_device for r in results if r.kv_device), None)
@@ -295,6 +299,8 @@ def triangulate(
     projection = project(
         touched if touched.bytes_per_token is not None else allocated, capacity, target, wall, does_not_fit_at
     )
+    if model is not None:
+        projection = dataclasses.replace(projection, trained_note=trained_note(model, projection))
     return Triangulation(
         cache_types=cache_types,
         points=points,
@@ -366,6 +372,14 @@ def project(slope: Slope, capacity: Capacity, target: int, wall: int | None, doe
         limit = max(0, limit // N_CTX_PAD * N_CTX_PAD)
     return Projection(
         capacity.tier, target, projected, capacity.bytes, capacity.reserve_bytes, limit, limited_by, formula
+    )
+
+
+def trained_note(model: ModelInfo, p: Projection) -> str | None:
+    """Where the largest context (else the target) is past the model's trained context, the words."""
+    largest = None if p.max_context is None else f"the largest context, {p.max_context:,} tokens,"
+    return (largest and past_trained_note(model, p.max_context, largest)) or past_trained_note(
+        model, p.target, f"the target, {p.target:,} tokens,"
     )
 
 

@@ -1,7 +1,7 @@
 """``cliff-tui`` — the command line. Bare ``cliff-tui`` is ``cliff-tui watch``.
 
-Exit codes: 0 done, 2 bad input (one line on stderr, no traceback), 3 an attached server could not
-be read (``attach --once``), 130 interrupted.
+Exit codes: 0 done, 1 a model does not fit (``models --require``), 2 bad input (one line on stderr,
+no traceback), 3 an attached server could not be read (``attach --once``), 130 interrupted.
 
 The flags are :mod:`.parser`'s (a new subcommand: its parser there and its name in SUBCOMMANDS);
 what each command does is :mod:`.commands`' (its ``cmd_*`` and its entry in COMMANDS); what it reads
@@ -19,6 +19,7 @@ from cliff_tui.cli.parser import build_parser, normalise_argv
 from cliff_tui.errors import CliffError
 from cliff_tui.text import inert
 
+EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130

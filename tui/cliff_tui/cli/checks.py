@@ -20,8 +20,11 @@ def check_input(args: argparse.Namespace, job=None) -> None:
 
     if getattr(args, "model", None):
         from cliff_tui.engine.gguf_meta import read_model_info
+        from cliff_tui.models.source import check_local, is_local
 
-        read_model_info(os.path.abspath(args.model))
+        if args.command != "fit" or (is_local(args.model) and not os.path.isdir(args.model)):  # fit reads the rest
+            check_local(args.model, args.command)
+            read_model_info(os.path.abspath(args.model))
     if args.command == "replay":
         check_readable(args.file, "recording")
     if getattr(args, "from_file", None):

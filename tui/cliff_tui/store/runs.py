@@ -243,7 +243,7 @@ class RunsState:
         out = {}
         for key, g in self.groups().items():
             if g.results or g.failures:
-                out[key] = triangulate(g.results, g.failures, self.plan, _theory_per_token(g), self.target)
+                out[key] = triangulate(g.results, g.failures, self.plan, _theory_per_token(g), self.target, g.model)
         return out
 
 

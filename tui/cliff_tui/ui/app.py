@@ -40,7 +40,7 @@ from cliff_tui.ui.widgets import Body, DashboardScreen, DashPane, KeysLine, Line
 
 WIDE = 150  # columns from which the projection pane sits beside the tiers
 STACKED = (100, 30)  # from this size it sits below them; on a smaller screen `v` switches to it
-CHART_ROWS = (8, 24)  # the projection chart's height, from its least to its most
+CHART_ROWS = (6, 8, 24)  # the projection chart's height: its least, where it starts, its most
 REPLAY_KEYS = ("play", "speed", "seek(-10)", "seek(10)")  # in a replay's keys line; `p` is `space` there
 COLLECT_EVERY_S = 10.0  # once the first frame is up: a full collection of what the frames left
 
@@ -300,21 +300,21 @@ class CliffApp(App):
         self.views.projection_view.show(key, lambda: self._projection(width, pane.size))
 
     def _projection(self, width: int, room: Any) -> Any:
-        """The pane, its chart as tall as the rows its other lines leave: a pane that overflows
-        by a row gets a scrollbar, which narrows it, which can keep it overflowing."""
+        """The pane, its chart as tall as the rows its other lines leave (shorter, down to its least,
+        where they leave fewer): a pane that overflows by a row gets a scrollbar, which narrows it,
+        which can keep it overflowing."""
         from cliff_tui.ui import projection as projection_view
 
-        lowest, highest = CHART_ROWS
-        least = projection_view.pane(self.store, width, chart_height=lowest, color=not self.no_color)
+        lowest, start, highest = CHART_ROWS
+        first = projection_view.pane(self.store, width, chart_height=start, color=not self.no_color)
         if not projection_view.has_chart(self.store):
-            return least
+            return first
         options = self.console.options.update(width=max(1, room.width), height=None)
-        spare = room.height - len(self.console.render_lines(least, options, pad=False))
-        if spare <= 0:
-            return least
-        return projection_view.pane(
-            self.store, width, chart_height=min(highest, lowest + spare), color=not self.no_color
-        )
+        spare = room.height - len(self.console.render_lines(first, options, pad=False))
+        rows = max(lowest, min(highest, start + spare))
+        if rows == start:
+            return first
+        return projection_view.pane(self.store, width, chart_height=rows, color=not self.no_color)
 
     def _draw_error(self) -> None:
         error = self.views.error

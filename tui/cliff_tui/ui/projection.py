@@ -76,6 +76,8 @@ def summary(tris: dict[str, Triangulation]) -> Text:
             if not p.by_capacity:
                 text.append(f", limited by the {p.limited_by}")
         text.append("\n")
+        if p.trained_note:
+            text.append(f"  {p.trained_note}\n", style="yellow")
     for ratio in kv_ratios(tris):
         m = ratio["measured_touched"]
         text.append(
@@ -100,7 +102,7 @@ def chart(tris: dict[str, Triangulation], width: int, height: int, color: bool =
     y, capacity_shown = _y_axis(series, x, capacity, height)
     plt.clf()
     plt.limitsize(False, False)  # the pane's width, not the terminal's that plotext read at import
-    plt.plotsize(max(width, 30), max(height, 8))
+    plt.plotsize(max(width, 30), max(height, 6))
     plt.theme("clear")
     _draw_series(plt, series, x, color)
     if capacity_shown:

@@ -157,6 +157,25 @@ def _opener(url: str) -> urllib.request.OpenerDirector:
     return _DIRECT if _is_loopback(url) else urllib.request.build_opener(_HTTPHandler, _HTTPSHandler)
 
 
+def build_opener(url: str, *handlers: urllib.request.BaseHandler) -> urllib.request.OpenerDirector:
+    """An opener for ``url`` whose sockets :func:`open_watched` can put under a deadline, with
+    ``handlers`` added (a loopback URL goes direct, past any proxy in the environment)."""
+    direct = (urllib.request.ProxyHandler({}),) if _is_loopback(url) else ()
+    return urllib.request.build_opener(_HTTPHandler, _HTTPSHandler, *direct, *handlers)
+
+
+def open_watched(
+    opener: urllib.request.OpenerDirector, request: urllib.request.Request, timeout: float, exchange: Exchange
+) -> Any:
+    """``opener.open(request)`` with every socket it makes shut once ``exchange``'s deadline passes
+    (so is a body read later from the reply); the caller ends the exchange with the watchdog."""
+    _exchange.current = exchange
+    try:
+        return opener.open(request, timeout=timeout)
+    finally:
+        _exchange.current = None
+
+
 def fetch(url: str, timeout: float) -> Reply:
     """GET ``url``; never raises for network trouble or HTTP errors. Each read waits at most
     ``timeout``, and the whole exchange must end within twice that."""
