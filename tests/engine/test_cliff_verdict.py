@@ -27,7 +27,7 @@ def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 
 def alarms(path) -> list[Alert]:
     """The live alerts, as the dashboard raised them (recomputed from the recording)."""
-    return [a for a in replay_all(open_recording(path)).alerts if a.level in ("amber", "red")]
+    return [a for a in replay_all(open_recording(path)).signs.alerts if a.level in ("amber", "red")]
 
 
 MEASURED_LOAD = ("other processes used", "CPU quota")  # the causes an amber may name on a CPU box
@@ -125,7 +125,7 @@ def test_in_a_cgroup_held_to_half_a_cpu_the_quota_is_the_cause_named(tmp_path):
             and f"cgroup {made.path} allows 0.5 CPUs of time" in e.text
             for e in events
         )
-    run = next(iter(replay_all(open_recording(record)).runs.values()))
+    run = next(iter(replay_all(open_recording(record)).runs.views.values()))
     assert cause in run.watch.cpu_cause, err[-2000:]  # named only where its periods often ran out
     rows = list(csv.DictReader(io.StringIO(export(str(record), "csv"))))
     assert rows[-1]["cpu_quota_cpus"] == "0.5" and int(rows[-1]["cpu_throttled_periods"]) > 0
