@@ -83,9 +83,9 @@ class CliffApp(App):
         """On Linux and macOS a driver whose input thread sleeps until a key comes, unless
         ``TEXTUAL_DRIVER`` names another (textual-serve's browser tabs)."""
         if constants.DRIVER is None and sys.platform != "win32":
-            from cliff_tui.ui.terminal import QuietLinuxDriver
+            from cliff_tui.ui.terminal import terminal_driver
 
-            return QuietLinuxDriver
+            return terminal_driver()
         return super().get_driver_class()
 
     @cached_property

@@ -24,11 +24,17 @@ from codecs import getincrementaldecoder
 from typing import Any
 
 from textual import constants
-from textual._parser import ParseError
-from textual._xterm_parser import XTermParser  # the parser Textual's own driver feeds
+from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
 
+from cliff_tui.ui.textual_private import driver_file, found, parser_debug
+
 _TERMINAL, _WAKE = "terminal", "wake"
+
+
+def terminal_driver() -> type[Driver]:
+    """The quiet driver where this Textual has the parser it feeds, else Textual's own."""
+    return QuietLinuxDriver if found().parsing is not None else LinuxDriver
 
 
 class _WakingEvent(threading.Event):
@@ -68,14 +74,24 @@ class QuietLinuxDriver(LinuxDriver):
         self.exit_event = _WakingEvent(self._wake_write)
 
     def write(self, data: str) -> None:
-        self._file.write(data)
-        self._file.flush()  # a bell or a clipboard copy is not followed by a flush
+        file = driver_file(self)
+        if file is None:
+            super().write(data)
+            return
+        file.write(data)
+        file.flush()  # a bell or a clipboard copy is not followed by a flush
 
     def flush(self) -> None:
-        self._file.flush()
+        file = driver_file(self)
+        if file is not None:
+            file.flush()
 
     def run_input_thread(self) -> None:
-        parser = XTermParser(self._debug)
+        parsing = found().parsing
+        if parsing is None:
+            super().run_input_thread()
+            return
+        parser = parsing.parser(parser_debug(self))
         decode = getincrementaldecoder("utf-8")().decode
         selector = selectors.SelectSelector()  # as Textual's: macOS's kqueue can't watch a tty
         selector.register(self.fileno, selectors.EVENT_READ, _TERMINAL)
@@ -109,7 +125,7 @@ class QuietLinuxDriver(LinuxDriver):
             try:
                 for _ in parser.feed(""):
                     pass
-            except (EOFError, ParseError):
+            except (EOFError, parsing.error):
                 pass
 
     def _drain_wake(self) -> None:
