@@ -2,15 +2,15 @@
 a key comes.
 
 Textual's input thread wakes every 0.1 s to see whether the app is ending: ten wake-ups a
-second on a dashboard that nobody types into, about a seventh of what `watch` costs while RAM
-churns (``bench/RESULTS.md``). Here the thread blocks in ``select`` on the terminal and on a
+second on a dashboard that nobody types into (what that costs: bench/RESULTS.md, section
+'Textual private paths'). Here the thread blocks in ``select`` on the terminal and on a
 pipe that the driver's exit event writes to. It wakes on its own only when Textual's escape
 delay is up after input that held an ESC (an Escape key, an arrow, a mouse report), so that a
 lone Escape is still reported.
 
 Frames are written by the thread that draws them. Textual's driver hands each write to a
-thread of its own through a queue: a wake-up of that thread, and a hand-over of the GIL, a frame.
-Side by side under churn, writing in place cost 0.94× the CPU time. A terminal that stops
+thread of its own through a queue: a wake-up of that thread, and a hand-over of the GIL, a frame
+(measured: bench/RESULTS.md, section 'Textual private paths'). A terminal that stops
 reading (XOFF, a stalled SSH link) holds the loop once the pseudo-terminal's buffer is full, where
 Textual's queue would hold it after 30 frames."""
 

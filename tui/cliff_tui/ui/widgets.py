@@ -29,8 +29,8 @@ def one_paint(screen: Screen) -> Iterator[None]:
     """The line views changed inside the block are composited and written as it ends. Refreshed,
     a widget is repainted through a chain of messages (its idle pass tells its screen, whose idle
     pass starts the 1/60 s timer that composites): for the dashboard's three views that change
-    every frame, five of the event loop's tasks run and its thread wakes twice. Side by side
-    under churn, a frame painted in the block cost 0.82× the CPU time."""
+    every frame, five of the event loop's tasks run and its thread wakes twice (measured against
+    Textual's own path: bench/RESULTS.md, section 'Textual private paths')."""
     dirty = dirty_widgets(screen)
     if dirty is None or not screen.is_current:
         yield
