@@ -72,7 +72,7 @@ class Sampler:
         with self._lock:
             probe = self._process
         process = probe.read() if probe else None
-        if process is not None and gpus:
+        if process is not None and probe is not None and gpus:
             process = _with_gpu_memory(process, gpus, probe.children_pids())
         ram, swap = read_memory()
         cgroup, cpu_quota = self._cgroup.read(probe.pid if probe else None, ram.total_bytes, fresh)
