@@ -149,7 +149,7 @@ class LineView(Widget):
         ]
         return [line for _, _, lines in self._built for line in lines]
 
-    def _build(self, keys: tuple, width: int) -> list[Strip]:
+    def _build(self, keys: tuple[object, ...] | None, width: int) -> list[Strip]:
         """New strips for the lines whose segments changed; the old strips are returned."""
         if self._drawn[1:] != (width,):
             self._base, self._lines = self.rich_style, []
