@@ -375,17 +375,12 @@ NAMES_SCRIPT = os.path.join(ROOT, "tests", "support", "textual_names.py")
 VARIANTS = {
     "every private path": (),
     "stock paint (Widget.refresh)": ("Widget._set_dirty",),
-    "stock write (Textual's writer thread)": ("LinuxDriver._file",),
-    "stock driver (Textual's input thread and writer)": ("textual._xterm_parser.XTermParser",),
+    "stock driver (Textual's input thread)": ("textual._xterm_parser.XTermParser",),
 }
 # Each private path against the copy that differs from it in that path alone.
 PAIRS = {
     "the paint at the end of a tick": ("every private path", "stock paint (Widget.refresh)"),
-    "frames written in place": ("every private path", "stock write (Textual's writer thread)"),
-    "the input thread that sleeps": (
-        "stock write (Textual's writer thread)",
-        "stock driver (Textual's input thread and writer)",
-    ),
+    "the input thread that sleeps": ("every private path", "stock driver (Textual's input thread)"),
 }
 
 
@@ -449,7 +444,7 @@ def thread_names() -> tuple[str, ...]:
     return (
         "main (Textual's loop, the frames, the samples where no GPU is read)",
         *own,
-        "Textual's output writer (idle: frames are written by the main thread)",
+        "Textual's output writer",
         "Textual's input reader",
     )
 

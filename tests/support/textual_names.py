@@ -16,7 +16,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from textual.driver import Driver
-from textual.drivers.linux_driver import LinuxDriver  # holds its own parser before one is removed
+from textual.drivers import linux_driver  # noqa: F401 - imported first, Textual's driver keeps its own parser
 from textual.screen import Screen
 from textual.widget import Widget
 
@@ -24,7 +24,7 @@ from cliff_tui.ui import textual_private
 
 MODULE_NAMES = ("textual._xterm_parser.XTermParser", "textual._parser.ParseError")
 CLASS_NAMES = ("Widget._set_dirty", "Screen._on_timer_update")
-INSTANCE_NAMES = ("Screen._dirty_widgets", "Driver._debug", "LinuxDriver._file")
+INSTANCE_NAMES = ("Screen._dirty_widgets", "Driver._debug")
 NAMES = MODULE_NAMES + CLASS_NAMES + INSTANCE_NAMES
 
 
@@ -70,13 +70,11 @@ def _renaming(cls: Any, method: str, attribute: str) -> Callable[[], None]:
 @contextmanager
 def _instance_name_gone(name: str) -> Iterator[None]:
     """Screen's set is renamed only while the door probes (Textual's own code reads it by its
-    old name); the driver's attributes for as long as the block runs, as only the quiet driver
-    reads them (``_file`` once Textual's writer thread has taken it)."""
+    old name); the driver's flag for as long as the block runs, as only the quiet driver reads it."""
     cls: Any
     cls, method = {
         "Screen._dirty_widgets": (Screen, "__init__"),
         "Driver._debug": (Driver, "__init__"),
-        "LinuxDriver._file": (LinuxDriver, "start_application_mode"),
     }[name]
     undo = _renaming(cls, method, name.split(".")[1])
     try:
@@ -100,7 +98,7 @@ def without(*names: str) -> Iterator[textual_private.Found]:
     unknown = set(names) - set(NAMES)
     if unknown:
         raise ValueError(f"not a private name the screens use: {', '.join(sorted(unknown))}")
-    lasting = [name for name in names if name in ("Driver._debug", "LinuxDriver._file")]
+    lasting = [name for name in names if name == "Driver._debug"]
     with ExitStack() as stack:
         for name in lasting:
             stack.enter_context(_gone(name))

@@ -208,21 +208,3 @@ def test_the_dashboard_takes_keys_after_a_suspend_and_resume(watch):
     watch.press(b"q")
     assert watch.exit_code(limit=5) == 0
     assert b"Traceback" not in watch.out
-
-
-async def test_a_frame_is_on_the_terminal_when_the_driver_is_flushed():
-    """Written by the thread that draws it: Textual's driver queues it for a thread of its own."""
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTSTP, signal.SIGCONT)}  # the driver takes them
-    driver = _KeptMessages()
-    read_end, write_end = os.pipe()
-    driver._file = os.fdopen(write_end, "w")
-    try:
-        driver.write("\x1b[1;1Hframe")
-        driver.flush()
-        assert select.select([read_end], [], [], 0)[0] and os.read(read_end, 100) == b"\x1b[1;1Hframe"
-    finally:
-        driver._file.close()
-        os.close(read_end)
-        driver.close()
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)

@@ -6,13 +6,7 @@ second on a dashboard that nobody types into (what that costs: bench/RESULTS.md,
 'Textual private paths'). Here the thread blocks in ``select`` on the terminal and on a
 pipe that the driver's exit event writes to. It wakes on its own only when Textual's escape
 delay is up after input that held an ESC (an Escape key, an arrow, a mouse report), so that a
-lone Escape is still reported.
-
-Frames are written by the thread that draws them. Textual's driver hands each write to a
-thread of its own through a queue: a wake-up of that thread, and a hand-over of the GIL, a frame
-(measured: bench/RESULTS.md, section 'Textual private paths'). A terminal that stops
-reading (XOFF, a stalled SSH link) holds the loop once the pseudo-terminal's buffer is full, where
-Textual's queue would hold it after 30 frames."""
+lone Escape is still reported."""
 
 from __future__ import annotations
 
@@ -27,7 +21,7 @@ from textual import constants
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
 
-from cliff_tui.ui.textual_private import driver_file, found, parser_debug
+from cliff_tui.ui.textual_private import found, parser_debug
 
 _TERMINAL, _WAKE = "terminal", "wake"
 
@@ -72,19 +66,6 @@ class QuietLinuxDriver(LinuxDriver):
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
         self.exit_event = _WakingEvent(self._wake_write)
-
-    def write(self, data: str) -> None:
-        file = driver_file(self)
-        if file is None:
-            super().write(data)
-            return
-        file.write(data)
-        file.flush()  # a bell or a clipboard copy is not followed by a flush
-
-    def flush(self) -> None:
-        file = driver_file(self)
-        if file is not None:
-            file.flush()
 
     def run_input_thread(self) -> None:
         parsing = found().parsing

@@ -7,8 +7,6 @@ The names (present from Textual 6.0 through 8.x):
 - ``textual._xterm_parser.XTermParser`` and ``textual._parser.ParseError``: the parser that
   the quiet input thread feeds (``ui/terminal.py``); without either, Textual's ``LinuxDriver``.
 - ``Driver._debug``: the parser's debug flag; without it, False.
-- ``LinuxDriver._file``: the terminal the driver writes to, written in place of Textual's writer
-  thread; without it, the writer thread.
 - ``Widget._set_dirty``, ``Screen._dirty_widgets`` and ``Screen._on_timer_update``: the paint at
   the end of a tick (``ui/widgets.py``); without any of them, ``Widget.refresh``.
 """
@@ -18,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol
 
 from textual.driver import Driver
 from textual.geometry import Region
@@ -81,12 +79,6 @@ def _can_paint() -> bool:
 def parser_debug(driver: Driver) -> bool:
     """Whether Textual's driver was asked to log what its parser reads."""
     return bool(getattr(driver, "_debug", False))
-
-
-def driver_file(driver: Driver) -> TextIO | None:
-    """The file Textual's Linux driver writes frames to, where it has one."""
-    file = getattr(driver, "_file", None)
-    return file if callable(getattr(file, "write", None)) and callable(getattr(file, "flush", None)) else None
 
 
 def dirty_widgets(screen: Screen) -> set[Widget] | None:
