@@ -12,6 +12,7 @@ cliff-tui the RSS after 1 minute and at the end, and each of its threads' CPU an
     python bench/watch_cost.py --minutes 1 --no-btop   # a quick look
     python bench/watch_cost.py --first-frame 5         # seconds from start to the first frame
     python bench/watch_cost.py --textual-floor 4       # a bare Textual app changing 0, 1, 27 lines at 4 Hz
+    python bench/watch_cost.py --private-ab 5 --minutes 2 --churn 2   # Textual's private paths, each A/B
 
 On an idle machine the RAM sparkline settles (every cell the same bar) and cliff-tui repaints
 almost nothing, while btop redraws its graphs every tick. ``--churn GIB`` runs a helper that
@@ -266,6 +267,13 @@ def main() -> int:
         help="allocate and free GIB of RAM every second while measuring",
     )
     parser.add_argument(
+        "--private-ab",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only cliff-tui with and without each of Textual's private paths side by side, N rounds",
+    )
+    parser.add_argument(
         "--textual-floor",
         type=int,
         default=0,
@@ -279,6 +287,9 @@ def main() -> int:
     byte_compile_cliff_tui()
     if args.textual_floor:
         textual_floor(env, args.textual_floor, args.minutes * 60, args.warmup)
+        return 0
+    if args.private_ab:
+        private_ab(env, args)
         return 0
     if args.first_frame:
         cliff = shutil.which("cliff-tui") or sys.exit("cliff-tui is not on PATH: activate its venv")
@@ -357,6 +368,70 @@ def report(terminals: list[Terminal], start: dict) -> float | None:
     return ratio
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAMES_SCRIPT = os.path.join(ROOT, "tests", "support", "textual_names.py")
+# Each copy runs with the names given removed (tests/support/textual_names.py): cliff-tui's
+# door then takes Textual's stock path for what they served.
+VARIANTS = {
+    "every private path": (),
+    "stock paint (Widget.refresh)": ("Widget._set_dirty",),
+    "stock driver (Textual's input thread)": ("textual._xterm_parser.XTermParser",),
+}
+# Each private path against the copy that differs from it in that path alone.
+PAIRS = {
+    "the paint at the end of a tick": ("every private path", "stock paint (Widget.refresh)"),
+    "the input thread that sleeps": ("every private path", "stock driver (Textual's input thread)"),
+}
+
+
+def private_ab(env: dict[str, str], args: argparse.Namespace) -> None:
+    """Copies of `watch -i 0.25` side by side, one per variant, the start order rotated each
+    round; per path, the CPU of the copy with it over the copy without it, by round."""
+    env = {**env, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "tui"), os.path.join(ROOT, "tests", "support")])}
+    names = list(VARIANTS)
+    ratios: dict[str, list[float]] = {path: [] for path in PAIRS}
+    for round_number in range(args.private_ab):
+        order = names[round_number % len(names) :] + names[: round_number % len(names)]
+        cpu = ab_round(order, env, args)
+        print(f"\n## round {round_number + 1} of {args.private_ab}\n")
+        print("| copy | CPU s per minute |\n| --- | ---: |")
+        for name in names:
+            print(f"| {name} | {cpu[name]:.3f} |")
+        for path, (with_it, without_it) in PAIRS.items():
+            ratios[path].append(cpu[with_it] / cpu[without_it])
+    print("\n| private path | CPU with / without, by round | median | range |\n| --- | --- | ---: | --- |")
+    for path, values in ratios.items():
+        print(
+            f"| {path} | {', '.join(f'{v:.3f}' for v in values)} | **{statistics.median(values):.3f}** "
+            f"| {min(values):.3f}–{max(values):.3f} |"
+        )
+
+
+def ab_round(order: list[str], env: dict[str, str], args: argparse.Namespace) -> dict[str, float]:
+    churn = subprocess.Popen([sys.executable, "-c", CHURN, str(args.churn)]) if args.churn else None
+    terminals = []
+    try:
+        for name in order:
+            without = [arg for removed in VARIANTS[name] for arg in ("--without", removed)]
+            argv = [sys.executable, NAMES_SCRIPT, *without, "--", "watch", "-i", "0.25"]
+            terminals.append(spawn(name, argv, env))
+        drain(terminals, args.warmup)
+        start = {t.name: (t.cpu_seconds(), time.monotonic()) for t in terminals}
+        drain(terminals, args.minutes * 60)
+        return {
+            t.name: (t.cpu_seconds() - start[t.name][0]) / (time.monotonic() - start[t.name][1]) * 60 for t in terminals
+        }
+    finally:
+        if churn is not None:
+            churn.kill()
+        for t in terminals:
+            t.proc.terminate()
+            try:
+                t.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                t.proc.kill()
+
+
 # cliff-tui's threads in the order they start: the sampler (where it reads a GPU; else the
 # screen samples in its tick) starts before the app loads, Textual's driver starts its output
 # writer before its input reader
@@ -369,7 +444,7 @@ def thread_names() -> tuple[str, ...]:
     return (
         "main (Textual's loop, the frames, the samples where no GPU is read)",
         *own,
-        "Textual's output writer (idle: frames are written by the main thread)",
+        "Textual's output writer",
         "Textual's input reader",
     )
 

@@ -112,7 +112,8 @@ def advise(
     flash_attn: Sequence[bool] = (True, False),
 ) -> FitTable:
     given = reserve is not None
-    reserve = reserve if given else th.default_reserve(tier.capacity_bytes)
+    if reserve is None:
+        reserve = th.default_reserve(tier.capacity_bytes)
     if reserve >= tier.capacity_bytes:
         fix = "pass a smaller --reserve" if given else "pass --reserve with less (0 keeps nothing free)"
         raise BadInput(

@@ -38,7 +38,7 @@ def to_plain(value: Any) -> Any:
 
 
 def event_to_plain(event: Any) -> dict[str, Any]:
-    plain = to_plain(event)
+    plain: dict[str, Any] = to_plain(event)
     plain["type"] = EVENT_NAMES[type(event)]
     return plain
 
@@ -83,7 +83,7 @@ def _decoder(tp: Any) -> Decoder:
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         return _union_decoder(typing.get_args(tp))
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass_decoder(tp)
     if origin is tuple:
         return _tuple_decoder(typing.get_args(tp))
@@ -96,7 +96,7 @@ def _decoder(tp: Any) -> Decoder:
     return _SCALARS[tp]
 
 
-def _literal_decoder(words: tuple) -> Decoder:
+def _literal_decoder(words: tuple[object, ...]) -> Decoder:
     allowed = frozenset(words)
     shown = ", ".join(repr(w) for w in words)
 
@@ -108,7 +108,7 @@ def _literal_decoder(words: tuple) -> Decoder:
     return decode
 
 
-def _union_decoder(args: tuple) -> Decoder:
+def _union_decoder(args: tuple[Any, ...]) -> Decoder:
     nullable = type(None) in args
     decoders = [_decoder(a) for a in args if a is not type(None)]
 
@@ -157,11 +157,11 @@ def _dataclass_decoder(cls: type) -> Decoder:
     return decode
 
 
-def _tuple_decoder(args: tuple) -> Decoder:
+def _tuple_decoder(args: tuple[Any, ...]) -> Decoder:
     if len(args) == 2 and args[1] is Ellipsis:
         item = _decoder(args[0])
 
-        def decode_all(value: Any) -> tuple:
+        def decode_all(value: Any) -> tuple[Any, ...]:
             if type(value) is not list:
                 raise _Bad("must be a list")
             out = []
@@ -176,7 +176,7 @@ def _tuple_decoder(args: tuple) -> Decoder:
         return decode_all
     items = [_decoder(a) for a in args]
 
-    def decode_fixed(value: Any) -> tuple:
+    def decode_fixed(value: Any) -> tuple[Any, ...]:
         if type(value) is not list or len(value) != len(items):
             raise _Bad(f"must be a list of {len(items)}")
         return tuple(d(v) for d, v in zip(items, value))
@@ -187,7 +187,7 @@ def _tuple_decoder(args: tuple) -> Decoder:
 def _dict_decoder(value_type: Any) -> Decoder:
     item = _decoder(value_type)
 
-    def decode(value: Any) -> dict:
+    def decode(value: Any) -> dict[str, Any]:
         if type(value) is not dict:
             raise _Bad("must be an object")
         out = {}

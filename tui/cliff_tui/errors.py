@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Literal
 
 
 class CliffError(Exception):
@@ -13,7 +14,7 @@ class CliffError(Exception):
     ``published`` is set once the failure went out on the event stream as a ``RunFailed``,
     so whoever catches it does not announce it twice."""
 
-    kind = "error"
+    kind: Literal["does_not_fit", "bad_input", "cancelled", "error"] = "error"  # a RunFailed's kind
     published = False
 
 

@@ -78,7 +78,7 @@ class Headless:
 
 
 def _text(event: object) -> str:
-    return inert(getattr(event, "text", None) or getattr(event, "message", ""))
+    return inert(str(getattr(event, "text", None) or getattr(event, "message", "")))
 
 
 def watch_line(s: Sample) -> str:

@@ -141,10 +141,10 @@ class Session:
             from cliff_tui.probes.sampler import SamplerThread, SamplesInLoop
 
             in_loop = in_loop and self.recorder is None and not self.sampler.reads_gpus()
-            self._sample_with(SamplesInLoop if in_loop else SamplerThread)
+            self._sample_with(self.sampler, SamplesInLoop if in_loop else SamplerThread)
 
-    def _sample_with(self, kind: type[SamplerThread] | type[SamplesInLoop]) -> None:
-        self._sampling = kind(self.sampler, self.bus.publish, self.interval).start()
+    def _sample_with(self, sampler: Sampler, kind: type[SamplerThread] | type[SamplesInLoop]) -> None:
+        self._sampling = kind(sampler, self.bus.publish, self.interval).start()
 
     def sample_if_due(self, now: float, early_s: float = 0.0) -> None:
         """A sample, where sampling is in the caller's loop and one is due."""
@@ -214,11 +214,11 @@ class Session:
             recorder.on_failure = self._recording_failed
             recorder.write_all(self.store.snapshot_events())
             self.recorder = recorder
-        if self._sampling is not None and self._sampling.in_loop:
+        if self._sampling is not None and self._sampling.in_loop and self.sampler is not None:
             from cliff_tui.probes.sampler import SamplerThread
 
             self._sampling.stop()
-            self._sample_with(SamplerThread)
+            self._sample_with(self.sampler, SamplerThread)
 
     def _recording_failed(self, text: str) -> None:
         self.recording_failure = text

@@ -101,7 +101,9 @@ def fmt_tokens(n: float) -> str:
 def is_number(value: object) -> bool:
     """A number read from outside (JSON, a server's reply) that arithmetic can use: not a bool,
     not NaN or infinite, below ``LARGEST`` in size."""
-    return type(value) in (int, float) and abs(value) < LARGEST and abs(float(value)) < LARGEST
+    if type(value) not in (int, float) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) < LARGEST and abs(float(value)) < LARGEST
 
 
 def parse_tokens(text: str) -> int:

@@ -105,6 +105,7 @@ class RunWatch:
         return (faults - prev[1]) / (s.t - prev[0]) >= th.SWAP_IN_FAULTS_PER_S
 
     def _swap_sign(self, s: Sample, depth: int | None, reading_back: bool | None) -> None:
+        assert self._first is not None  # set by the first sample, before any sign is read
         system = s.swap.used_bytes - self._first.swap.used_bytes
         mine = None
         if self._process_swap0 is not None and s.process is not None and s.process.swap_bytes is not None:

@@ -23,9 +23,10 @@ def periods_between(a: CpuQuota | None, b: CpuQuota | None) -> tuple[int, int] |
     back (the cgroup made again under the same name)."""
     if a is None or b is None or a.path != b.path:
         return None
-    if None in (a.periods, b.periods, a.throttled_periods, b.throttled_periods) or b.periods < a.periods:
+    p0, p1, t0, t1 = a.periods, b.periods, a.throttled_periods, b.throttled_periods
+    if p0 is None or p1 is None or t0 is None or t1 is None or p1 < p0:
         return None
-    return b.periods - a.periods, max(0, b.throttled_periods - a.throttled_periods)
+    return p1 - p0, max(0, t1 - t0)
 
 
 def throttled_share(periods: int, throttled: int, *, enough: bool = False) -> float | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -31,6 +31,7 @@ from cliff_tui.analysis.theory import (
     InvalidSettings,
     KvBreakdown,
     KvSettings,
+    Layout,
     kv_breakdown,
     kv_bytes_by_layer,
     kv_layout,
@@ -375,7 +376,8 @@ def _option(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, measured: S
             fixed_kv = _fixed_kv(ctx, k, v, fa, swa_full, n, ctx.n_seq, ctx.unified)
             return round(base + ctx.output + fixed_kv + line.bytes_per_token * pad_n_ctx(n, ctx.n_seq, ctx.unified))
 
-        basis, text, per_token = "measured", f"measured ({line.source})", line.bytes_per_token
+        basis: Basis = "measured"
+        text, per_token = f"measured ({line.source})", line.bytes_per_token
         fixed = None
     else:
 
@@ -432,7 +434,7 @@ def _theory_need(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool, n: int
     return max(0, round(base + beyond)) + ctx.output + b.total_bytes
 
 
-def _largest(ctx: _Context, need) -> int:
+def _largest(ctx: _Context, need: Callable[[int], int]) -> int:
     """The largest multiple of 256 up to the cap whose need fits (0 if none); needs only grow."""
     top = ctx.cap // N_CTX_PAD
     if need(top * N_CTX_PAD) <= ctx.usable:
@@ -482,7 +484,7 @@ def _partial_offload(ctx: _Context, k: str, v: str, fa: bool, swa_full: bool) ->
         True,
         ctx.target,
         _command(ctx, k, v, fa, swa_full, ctx.target, best),
-        kv_layout(model).exact,
+        _exact(model),
         note=note,
     )
 
@@ -530,7 +532,12 @@ def _breakdown_lines(ctx: _Context, option: FitOption) -> tuple[str, ...]:
     return tuple(b.lines()) + b.notes if b else ()
 
 
-def _notes(ctx: _Context, layout, compute: int | None) -> tuple[str, ...]:
+def _exact(model: ModelInfo) -> bool:
+    layout = kv_layout(model)
+    return layout is not None and layout.exact
+
+
+def _notes(ctx: _Context, layout: Layout | None, compute: int | None) -> tuple[str, ...]:
     notes = []
     if ctx.base is not None:
         notes.append(

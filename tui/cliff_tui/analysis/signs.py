@@ -102,7 +102,7 @@ def sign1(sample: Sample, base: SpillBaselines) -> SignState:
     deltas = [(g, by_index[g.index]) for g in sample.gpus if g.index in by_index]
     if not deltas:
         reason = next(
-            (g.reasons.get("shared_used_bytes") for g in sample.gpus if g.reasons.get("shared_used_bytes")),
+            (why for g in sample.gpus if (why := g.reasons.get("shared_used_bytes"))),
             "not reported on this platform",
         )
         return SignState(1, "na", "shared VRAM n/a", reason)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.throttle import throttle_cause
-from cliff_tui.records import DecodePoint, SpeedVerdict
+from cliff_tui.records import DecodePoint, SpeedVerdict, VerdictLevel
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,8 @@ def depth_trend(points: Sequence[DecodePoint]) -> DepthTrend | None:
         if (
             fit is not None
             and fit.at(point.depth) > 0
-            and _drop_pct(1000.0 / fit.at(point.depth), 1000.0 / point.ms_per_token) >= band
+            and (drop := _drop_pct(1000.0 / fit.at(point.depth), 1000.0 / point.ms_per_token)) is not None
+            and drop >= band
         ):
             run.append(point)
             beyond.append(point)
@@ -233,7 +234,7 @@ def _without_fit(raw_drop: float | None) -> SpeedVerdict:
     if raw_drop is None:
         return SpeedVerdict("unknown", "no baseline to compare with", None, None, None)
     text = f"raw drop {raw_drop:.0f}% (too few depths to separate the cliff from normal decline)"
-    level = "info" if raw_drop >= th.SPEED_RED_PCT else "ok"
+    level: VerdictLevel = "info" if raw_drop >= th.SPEED_RED_PCT else "ok"
     return SpeedVerdict(level, text, raw_drop, None, None)
 
 

@@ -89,7 +89,7 @@ class KvSettings:
             n_ctx=n_ctx or settings.n_ctx or 0,
             type_k=settings.cache_type_k,
             type_v=settings.cache_type_v,
-            flash_attn=settings.flash_attn,  # type: ignore[arg-type]
+            flash_attn=settings.flash_attn,
             swa_full=settings.swa_full,
             n_batch=settings.batch_size,
             n_ubatch=settings.ubatch_size,
@@ -306,7 +306,8 @@ def _recurrent_layers(model: ModelInfo, arch: str, kv_heads: list[int] | None, n
     if arch in RECURRENT_ARCHS:
         return [il < n_trunk for il in range(n_all)]
     if arch in HYBRID_BY_KV_HEADS or arch == "nemotron_h":
-        return [bool(kv_heads) and kv_heads[il] == 0 and il < n_trunk for il in range(n_all)]
+        heads = kv_heads or []
+        return [bool(heads) and heads[il] == 0 and il < n_trunk for il in range(n_all)]
     if arch in HYBRID_BY_INTERVAL and model.full_attention_interval:
         k = model.full_attention_interval
         return [il < n_trunk and (il + 1) % k != 0 for il in range(n_all)]
@@ -455,7 +456,7 @@ def kv_breakdown(model: ModelInfo, settings: KvSettings, backend: Backend = CPU)
         return None
     fa = check_settings(model, settings)
     geo = geometry(model, settings, layout.n_swa)
-    groups: dict[tuple, list[Layer]] = {}
+    groups: dict[tuple[object, ...], list[Layer]] = {}
     for layer in layout.layers:
         key = (layer.kind, layer.mla, layer.n_head_kv, layer.head_dim_k, layer.head_dim_v, layer.state_r, layer.state_s)
         groups.setdefault(key, []).append(layer)
@@ -561,12 +562,10 @@ def _swa_why(n_swa: int, geo: Geometry, unified: bool) -> str:
 
 def textbook_bytes_per_token(model: ModelInfo, type_k: str = "f16", type_v: str = "f16") -> float | None:
     """``2 × n_layer × n_head_kv × head_dim × bytes``: every layer, every token, K and V."""
-    if None in (model.n_layer, model.n_head_kv, model.head_dim_k, model.head_dim_v):
+    n_layer, n_head_kv, dim_k, dim_v = model.n_layer, model.n_head_kv, model.head_dim_k, model.head_dim_v
+    if n_layer is None or n_head_kv is None or dim_k is None or dim_v is None:
         return None
-    per_layer = model.n_head_kv * (
-        model.head_dim_k * CACHE_TYPE_BYTES[type_k] + model.head_dim_v * CACHE_TYPE_BYTES[type_v]
-    )
-    return model.n_layer * per_layer
+    return n_layer * n_head_kv * (dim_k * CACHE_TYPE_BYTES[type_k] + dim_v * CACHE_TYPE_BYTES[type_v])
 
 
 kv_bytes_per_token = textbook_bytes_per_token  # the name its first callers use
@@ -584,7 +583,7 @@ def known_differences(model: ModelInfo, flash_attn_on: bool | None, swa_full: bo
     notes = []
     layout = kv_layout(model)
     kinds = {layer.kind for layer in layout.layers} if layout else set()
-    if "swa" in kinds and not swa_full:
+    if layout is not None and "swa" in kinds and not swa_full:
         notes.append(
             f"sliding-window layers keep only {layout.n_swa:,} tokens (+ ubatch): "
             "the textbook figure overstates their share"

@@ -196,14 +196,14 @@ def check_points(points: Sequence[MemoryPoint]) -> tuple[list[PointCheck], int |
     checks: list[PointCheck] = []
     for i in range(2, len(ordered)):
         before = ordered[:i]
-        fit = fit_line([p.n_ctx for p in before], [p.touched_bytes for p in before])
+        fit = fit_line([p.n_ctx for p in before], [_touched(p) for p in before])
         if fit is None:
             continue
         point = ordered[i]
         check = PointCheck(
             point.n_ctx,
             fit.at(point.n_ctx),
-            float(point.touched_bytes),
+            float(_touched(point)),
             _tolerance([*before, point], point),
             "touched",
             point.beyond_bytes,
@@ -230,10 +230,17 @@ def check_allocated(points: Sequence[MemoryPoint]) -> list[PointCheck]:
     return checks
 
 
+def _touched(point: MemoryPoint) -> int:
+    """The touched bytes of a point kept for having them."""
+    if point.touched_bytes is None:
+        raise ValueError(f"the point at n_ctx {point.n_ctx} has no touched bytes")
+    return point.touched_bytes
+
+
 def _tolerance(points: Sequence[MemoryPoint], point: MemoryPoint) -> float:
     noises = [p.noise_bytes for p in points if p.noise_bytes is not None]
     noise = math.sqrt(sum(n * n for n in noises) / len(noises)) if noises else 0.0
-    return max(th.THIRD_POINT_SIGMAS * noise, th.THIRD_POINT_FLOOR_PCT / 100 * point.touched_bytes)
+    return max(th.THIRD_POINT_SIGMAS * noise, th.THIRD_POINT_FLOOR_PCT / 100 * _touched(point))
 
 
 def locate_wall(points: Sequence[MemoryPoint], first_off: int) -> int:
@@ -241,8 +248,8 @@ def locate_wall(points: Sequence[MemoryPoint], first_off: int) -> int:
     two points follow it, else halfway between the last point on the line and the first off it."""
     ordered = sorted((p for p in points if p.touched_bytes is not None), key=lambda p: p.n_ctx)
     lo, hi = ordered[first_off - 1].n_ctx, ordered[first_off].n_ctx
-    before = fit_line([p.n_ctx for p in ordered[:first_off]], [p.touched_bytes for p in ordered[:first_off]])
-    after = fit_line([p.n_ctx for p in ordered[first_off:]], [p.touched_bytes for p in ordered[first_off:]])
+    before = fit_line([p.n_ctx for p in ordered[:first_off]], [_touched(p) for p in ordered[:first_off]])
+    after = fit_line([p.n_ctx for p in ordered[first_off:]], [_touched(p) for p in ordered[first_off:]])
     if before and after and after.slope != before.slope:
         x = (before.intercept - after.intercept) / (after.slope - before.slope)
         if lo <= x <= hi:
@@ -289,7 +296,7 @@ def triangulate(
     if first_off is not None:
         wall = locate_wall(points, first_off)
         on_line = on_line[:first_off]
-    touched = slope_of([p.n_ctx for p in on_line], [p.touched_bytes for p in on_line])
+    touched = slope_of([p.n_ctx for p in on_line], [_touched(p) for p in on_line])
     no_fit = [f.n_ctx for f in failures if f.kind == "does_not_fit" and f.n_ctx]
     does_not_fit_at = min(no_fit) if no_fit else None
     allocated_checks = check_allocated(points)

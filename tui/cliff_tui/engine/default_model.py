@@ -21,7 +21,7 @@ def default_model_path() -> Path:
         raise BadInput(f"no -m given and the default model is not installed: {INSTALL_HINT}") from None
     for file in dist.files or ():
         if str(file).endswith(".gguf"):
-            path = Path(dist.locate_file(file))
+            path = Path(str(dist.locate_file(file)))
             if path.is_file():
                 return path
     raise BadInput(f"{DISTRIBUTION} is installed but its .gguf is missing: reinstall it ({INSTALL_HINT})")

@@ -132,7 +132,7 @@ class Rows:
         index = np.arange(cells) % learned
         step = max(1, CHUNK_BYTES // max(1, cells * size))
         for start in range(0, n_embd, step):
-            f.write(np.ascontiguousarray(self.data[start : start + step][:, index]))
+            f.write(np.ascontiguousarray(self.data[start : start + step][:, index]))  # type: ignore[call-overload]  # an ndarray is a buffer: numpy's stubs say so from Python 3.12
 
 
 def _read_rows(r: _Reader, cells: int) -> Rows:
@@ -186,7 +186,7 @@ class Section:
             cells = np.zeros(min(step, n - start), dtype=CELL)
             cells["pos"] = np.arange(depth - n + start, depth - n + start + len(cells))
             cells["n_seq"] = 1
-            f.write(cells)
+            f.write(cells)  # type: ignore[call-overload]  # an ndarray is a buffer: numpy's stubs say so from Python 3.12
         f.write(struct.pack("<II", self.v_trans, len(self.k)))
         for rows in (*self.k, *self.v):
             rows.write(f, n)
@@ -252,7 +252,7 @@ class Layout:
         depth = len(tokens)
         with open(path, "wb") as f:
             f.write(struct.pack("<III", SEQ_MAGIC, SEQ_VERSION, depth))
-            f.write(np.asarray(tokens, dtype="<i4"))
+            f.write(np.asarray(tokens, dtype="<i4"))  # type: ignore[arg-type]  # an ndarray is a buffer: numpy's stubs say so from Python 3.12
             for section in self.sections:
                 section.write(f, depth)
 

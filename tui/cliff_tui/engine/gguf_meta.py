@@ -403,7 +403,7 @@ def model_info_from_metadata(path: str, size: int, meta: dict[str, Any]) -> Mode
         head_dim_v=num("attention.value_length") or head_dim,
         n_ctx_train=num("context_length"),
         sliding_window=num("attention.sliding_window"),
-        file_type=FILE_TYPE_NAMES.get(file_type, None if file_type is None else str(file_type)),
+        file_type=None if file_type is None else FILE_TYPE_NAMES.get(file_type, str(file_type)),
         n_embd=embd,
         n_vocab=num("vocab_size") or (int(tokens) if isinstance(tokens, SkippedArray) else None),
         n_head_kv_layers=_per_layer(key("attention.head_count_kv")),

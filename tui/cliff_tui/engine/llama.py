@@ -146,7 +146,7 @@ class Context:
             )
         self.n_ctx = L.llama_n_ctx(self.ptr)
         self.memory = L.llama_get_memory(self.ptr)
-        self._abort = None
+        self._abort: object = None  # the ctypes callback, kept alive while llama.cpp holds it
 
     # --- cancellation ---------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 
 from cliff_tui.events import LogLine
-from cliff_tui.records import BufferSize
+from cliff_tui.records import BufferKind, BufferSize
 from cliff_tui.text import LOG_LIMIT, inert
 from cliff_tui.units import KiB, MiB
 
@@ -33,7 +33,13 @@ FLASH_RE = re.compile(r"Flash Attention (enabled|disabled)", re.IGNORECASE)
 
 # ggml_log_level: NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5 (continues the previous line)
 LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN, LEVEL_ERROR, LEVEL_CONT = 1, 2, 3, 4, 5
-KIND_NAMES = {"model": "model", "KV": "kv", "compute": "compute", "output": "output", "RS": "recurrent"}
+KIND_NAMES: dict[str, BufferKind] = {
+    "model": "model",
+    "KV": "kv",
+    "compute": "compute",
+    "output": "output",
+    "RS": "recurrent",
+}
 MAX_PARTIAL = 64 * KiB
 
 
@@ -63,7 +69,7 @@ class LlamaLog:
         self._partial_level = LEVEL_INFO
         self._listeners: list[Callable[[LogLine], None]] = []
         self._lock = threading.Lock()
-        self._callback = None  # the ctypes callback must outlive llama.cpp's pointer to it
+        self._callback: object = None  # the ctypes callback must outlive llama.cpp's pointer to it
 
     @classmethod
     def install(cls) -> LlamaLog:

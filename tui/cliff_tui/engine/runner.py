@@ -43,12 +43,24 @@ from cliff_tui.events import (
     RunFinished,
     RunProgress,
     RunStarted,
+    Sample,
 )
 from cliff_tui.heap import return_freed_memory
 from cliff_tui.probes.nvidia import NvidiaProbe
 from cliff_tui.probes.sampler import Sampler, SamplerThread
 from cliff_tui.probes.system import read_major_faults
-from cliff_tui.records import BufferSize, CliffVerdict, DecodePoint, FillMode, ModelInfo, RunResult, RunSettings
+from cliff_tui.records import (
+    BufferSize,
+    CliffVerdict,
+    DecodePhase,
+    DecodePoint,
+    FillMode,
+    ModelInfo,
+    RunPhase,
+    RunResult,
+    RunSettings,
+    SpeedVerdict,
+)
 from cliff_tui.units import fmt_bytes
 
 Publish = Callable[[object], None]
@@ -264,6 +276,8 @@ class Run:
         n = min(self.options.baseline_tokens, max(2, self.settings.n_gen))
         durations = _joined(self._generate(model, context, n, "baseline", emit_text=False))
         rate = _steady_rate(durations)
+        if rate is None:
+            raise CliffError(f"the baseline's {n} tokens took no measurable time: the clock is not advancing")
         return rate, DecodePoint(depth=len(prompt), ms_per_token=1000 / rate, n_tokens=n, phase="baseline")
 
     def _prefill(self, model: LoadedModel, context: Context) -> tuple[int, float | None, list[DecodePoint]]:
@@ -276,7 +290,8 @@ class Run:
         measured = max((p.depth for p in opt.prior_points), default=0)  # an earlier point probed up to here
         checkpoints = probe_depths(s.depth, opt.probes, measured)
         largest_call = largest_prefill_call(s.depth, opt.probes, context.n_ubatch)
-        step, reached, points = context.n_ubatch, 0, []
+        step, reached = context.n_ubatch, 0
+        points: list[DecodePoint] = []
         if opt.state_in:
             reached = min(context.load_state(opt.state_in), s.depth)
             context.truncate(reached)
@@ -441,7 +456,7 @@ class Run:
         model: LoadedModel,
         context: Context,
         n: int,
-        phase: str,
+        phase: DecodePhase,
         emit_text: bool,
         limit: int | None = None,
         one_window: bool = False,
@@ -499,7 +514,7 @@ class Run:
 
     def _progress(
         self,
-        phase: str,
+        phase: RunPhase,
         depth: int,
         *,
         force: bool = False,
@@ -546,18 +561,20 @@ class Run:
         self,
         info: ModelInfo,
         n_ctx: int,
-        created,
-        baseline_tok_s,
-        depth_tok_s,
-        prefill_tok_s,
+        created: Sample,
+        baseline_tok_s: float | None,
+        depth_tok_s: float | None,
+        prefill_tok_s: float | None,
         started_from: int,
-        points,
-        verdict,
+        points: tuple[DecodePoint, ...],
+        verdict: SpeedVerdict,
         elapsed: float,
         cliff: CliffVerdict,
     ) -> RunResult:
         t = self.tracker
         base = t.baseline
+        if base is None:
+            raise CliffError("no memory baseline was taken before the model loaded")
         sizes = by_kind(self.buffers)
         return RunResult(
             run_id=self.run_id,

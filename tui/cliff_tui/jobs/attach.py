@@ -26,7 +26,7 @@ from cliff_tui.probes.endpoints.discovery import DEFAULT_URLS, READERS, describe
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, probe_llama_server, read_model_file
 from cliff_tui.probes.endpoints.ollama import OLLAMA
-from cliff_tui.records import UNKNOWN_MODEL
+from cliff_tui.records import UNKNOWN_MODEL, NoticeLevel
 from cliff_tui.text import inert
 
 MAX_BACKOFF_S = 30.0
@@ -268,7 +268,7 @@ class AttachJob:
         readings = {p.endpoint.source: p.last for p in pollers if p.last is not None}
         if len(readings) < len(pollers):
             return False
-        level = "info" if any(p.found for p in pollers) else "warning"
+        level: NoticeLevel = "info" if any(p.found for p in pollers) else "warning"
         publish(Notice(time.time(), describe_discovery(_without_retry(readings)), level=level))
         return True
 

@@ -25,7 +25,8 @@ from cliff_tui.units import MiB, fmt_duration
 DEFAULT_DEPTHS = (16_000, 32_000, 65_000)
 MIN_DEEPEST = 1024
 DEPTH_STEP = 256
-# a filled state written to disk, and llama.cpp loading one (from the page cache), on a 2-vCPU VM
+# a filled state written to disk, and llama.cpp loading one (from the page cache), on a 2-vCPU VM;
+# the estimate they feed is checked in bench/RESULTS.md, section 'Triangulation time against its estimate'
 STATE_WRITE_BYTES_PER_S = 250 * MiB
 STATE_LOAD_BYTES_PER_S = 2048 * MiB
 POINT_OPTIONS = RunOptions(stop_when_steady=True)

@@ -134,7 +134,7 @@ def read_manifest(root: Path, manifest: Path, name: str) -> OllamaModel:
     layers = doc.get("layers") if isinstance(doc, dict) else None
     if not isinstance(layers, list):
         raise NotUsable("its manifest has no layers (not an Ollama manifest)")
-    by_type: dict[str, str] = {}
+    by_type: dict[str, Any] = {}  # media type: digest, checked by blob_path
     for layer in layers:
         if isinstance(layer, dict) and isinstance(layer.get("mediaType"), str):
             by_type.setdefault(layer["mediaType"], layer.get("digest"))

@@ -316,8 +316,13 @@ class _Reader:
 
     def record(self, pid: int, **values: int | str | None) -> CgroupMemory:
         return CgroupMemory(
-            pid=pid, version=self.version, path=self.path, directory=str(self.directory), reasons=self.reasons, **values
-        )  # type: ignore[arg-type]
+            pid=pid,
+            version=self.version,
+            path=self.path,
+            directory=str(self.directory),
+            reasons=self.reasons,
+            **values,  # type: ignore[arg-type]  # each caller passes the fields by name, typed as in CgroupMemory
+        )
 
 
 class _V1Reader(_Reader):

@@ -60,7 +60,7 @@ def _driver_absent() -> bool:
 
 class NvidiaProbe:
     def __init__(self, nvml: ModuleType | None = None, *, pcie: bool = True) -> None:
-        self._nvml = nvml
+        self._nvml: Any = nvml  # pynvml has no type stubs: its module is Any
         self._pcie = pcie
         self._started = False
         self.reason: str | None = None

@@ -72,7 +72,7 @@ class Sampler:
         with self._lock:
             probe = self._process
         process = probe.read() if probe else None
-        if process is not None and gpus:
+        if process is not None and probe is not None and gpus:
             process = _with_gpu_memory(process, gpus, probe.children_pids())
         ram, swap = read_memory()
         cgroup, cpu_quota = self._cgroup.read(probe.pid if probe else None, ram.total_bytes, fresh)
@@ -152,7 +152,7 @@ class SamplesInLoop:
     """``sampler.sample()`` every ``interval`` seconds, taken by the loop that asks
     (:meth:`take_if_due`, from a screen's tick): for a sampler that reads no GPU, whose sample
     never waits. A thread on a clock of its own wakes once more a sample and hands the GIL over
-    twice; side by side under churn, a screen that sampled in its tick cost 0.91× the CPU time."""
+    twice (measured side by side: bench/RESULTS.md, section 'Watch CPU against btop')."""
 
     in_loop = True
 

@@ -7,7 +7,7 @@ wildcard counter path such as ``\\GPU Adapter Memory(*)\\Shared Usage``.
 from __future__ import annotations
 
 import ctypes
-from ctypes import wintypes  # type: ignore[attr-defined]
+from ctypes import wintypes
 
 PDH_FMT_DOUBLE = 0x00000200
 PDH_MORE_DATA = 0x800007D2

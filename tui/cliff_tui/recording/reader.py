@@ -71,7 +71,8 @@ class Recording:
         return "; ".join(parts)
 
     def _time_of(self, i: int) -> float:
-        match = _T_PREFIX.match(self._lines[i])
+        line = self._lines[i]
+        match = _T_PREFIX.match(line) if line is not None else None
         if match and _is_time(t := float(match.group(1))):
             return t
         event = self.event(i)  # no timestamp prefix: decode now (a corrupt line, most likely)
@@ -80,6 +81,8 @@ class Recording:
     def _decode(self, i: int) -> Any | None:
         line, self._lines[i] = self._lines[i], None  # decoded once: the event is kept, not the line
         try:
+            if line is None:
+                raise ValueError("decoded twice")
             event = event_from_plain(json.loads(line))
             if not _is_time(event.t):
                 raise DecodeError(f"t must be seconds since 1970, not {event.t!r:.40}")

@@ -13,17 +13,17 @@ from cliff_tui.text import inert, inert_tree
 
 
 def dumps(records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[tuple[str, str]] | None = None) -> str:
-    records = list(records)
+    rows = list(records)
     if fmt in ("json", "jsonl"):
-        records = inert_tree(records)
+        rows = inert_tree(rows)
     if fmt == "json":
-        return json.dumps(records[0] if len(records) == 1 else records, indent=2, default=str)
+        return json.dumps(rows[0] if len(rows) == 1 else rows, indent=2, default=str)
     if fmt == "jsonl":
-        return "\n".join(json.dumps(r, default=str) for r in records)
+        return "\n".join(json.dumps(r, default=str) for r in rows)
     if fmt == "csv":
-        return _csv(records)
+        return _csv(rows)
     if fmt == "md":
-        return markdown_table(records, columns or [(k, k) for k in records[0]] if records else [])
+        return markdown_table(rows, columns or [(k, k) for k in rows[0]] if rows else [])
     raise ValueError(f"unknown format {fmt!r}")
 
 

@@ -189,7 +189,9 @@ def triangulation_output(store: Store, fmt: str) -> str:
         lines = [dumps([run_record(r)], "jsonl") for r in results]
         lines += [dumps([{"type": "triangulation", **rec}], "jsonl") for rec in records]
         return "\n".join(lines)
-    top = dict(records[0]) if records else {"runs": [], "failures": [failure_record(f) for f in failures]}
+    top: dict[str, Any] = (
+        dict(records[0]) if records else {"runs": [], "failures": [failure_record(f) for f in failures]}
+    )
     top["cliff"] = cliff_record(worst_cliff(results))
     if store.runs.plan is not None:
         top["plan"] = {"depths": list(store.runs.plan.depths), "note": store.runs.plan.note}
@@ -206,7 +208,7 @@ def fit_after(store: Store) -> FitTable | None:
     groups = store.runs.groups()
     key = next(iter(tris), None)
     model = groups[key].model if key is not None else None
-    if model is None or not store.runs.results:
+    if key is None or model is None or not store.runs.results:
         return None
     projection = tris[key].projection
     if projection.capacity_bytes is None:

@@ -55,7 +55,12 @@ class RunView:
 
         tokens = self.result.depth if self.result is not None else self.progress.depth if self.progress else 0
         projection = triangulation.projection if triangulation is not None else None
-        if projection is not None and projection.max_context is not None and len(triangulation.points) >= 2:
+        if (
+            triangulation is not None
+            and projection is not None
+            and projection.max_context is not None
+            and len(triangulation.points) >= 2
+        ):
             return CliffGauge(tokens, projection.max_context, projection.tier, "measured")
         kv = sum(by_kind(self.buffers)["kv"].values())
         return run_gauge(tokens, self.started.n_ctx, kv, self.room) if self.room is not None else None

@@ -4,10 +4,12 @@ evidence of the session outside a run (an attached server, or a plain watch)."""
 from __future__ import annotations
 
 from collections import deque
+from typing import cast
 
 from cliff_tui.analysis.cliff import RunWatch
 from cliff_tui.analysis.signs import SignState, sign3
 from cliff_tui.events import Alert
+from cliff_tui.records import AlertLevel
 
 ALERTS_KEPT = 200
 WAITING: dict[int, SignState] = {
@@ -30,7 +32,8 @@ class SignsState:
         for sign, state in signs.items():
             old = self.current.get(sign)
             if state.alarming and (old is None or _rank(state) > _rank(old)):
-                alert = Alert(t, sign, state.level, f"{state.headline}: {state.detail}")
+                level = cast(AlertLevel, state.level)  # alarming: amber or red
+                alert = Alert(t, sign, level, f"{state.headline}: {state.detail}")
                 self.alerts.append(alert)
                 raised.append(alert)
         self.current = dict(signs)

@@ -24,6 +24,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.css.scalar import Unit
 from textual.driver import Driver
+from textual.notifications import SeverityLevel
 from textual.worker import Worker, WorkerState
 
 from cliff_tui.errors import CliffError
@@ -83,9 +84,9 @@ class CliffApp(App):
         """On Linux and macOS a driver whose input thread sleeps until a key comes, unless
         ``TEXTUAL_DRIVER`` names another (textual-serve's browser tabs)."""
         if constants.DRIVER is None and sys.platform != "win32":
-            from cliff_tui.ui.terminal import QuietLinuxDriver
+            from cliff_tui.ui.terminal import terminal_driver
 
-            return QuietLinuxDriver
+            return terminal_driver()
         return super().get_driver_class()
 
     @cached_property
@@ -174,7 +175,7 @@ class CliffApp(App):
     def _notify_alert(self, alert: Alert) -> None:
         player = self.session.player
         if player is None or player.playing:
-            severity = "error" if alert.level == "red" else "warning"
+            severity: SeverityLevel = "error" if alert.level == "red" else "warning"
             self.notify(alert.message, title=f"sign {alert.sign}", severity=severity, timeout=6, markup=False)
 
     @work(thread=True, exit_on_error=False, name="job")
@@ -186,8 +187,9 @@ class CliffApp(App):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A bug in a job must not vanish silently: show it, keep the dashboard running."""
-        if event.worker.name == "job" and event.state == WorkerState.ERROR:
-            self.session.report_crash(event.worker.error)
+        error = event.worker.error
+        if event.worker.name == "job" and event.state == WorkerState.ERROR and error is not None:
+            self.session.report_crash(error)
 
     def _tick(self) -> None:
         """Take in what the producers published, draw what changed since the last tick (a burst
@@ -268,12 +270,16 @@ class CliffApp(App):
         height = dash.size.height or self.size.height - 6
         return render.graph_rows(height - taken, panels)
 
+    def _own_bindings(self) -> list[Binding]:
+        """The app's keys (each a ``Binding``: Textual's type allows tuples too)."""
+        return [binding for binding in self.BINDINGS if isinstance(binding, Binding)]
+
     def _draw_keys(self) -> None:
         """The keys a footer shows: those bound with ``show``, where their action is available;
         in a replay, the keys that move it instead of `p`."""
         shown = [
             binding
-            for binding in self.BINDINGS
+            for binding in self._own_bindings()
             if self._key_shown(binding) and self.check_action(binding.action, ()) is not False
         ]
         if self.session.player is not None:
@@ -321,7 +327,7 @@ class CliffApp(App):
         failure = self.store.runs.last_failure
         shown = failure is not None and not (failure.kind == "does_not_fit" and self.mode == "triangulate")
         _set_display(error, shown)
-        if shown:
+        if shown and failure is not None:
             error.show(failure, lambda: Text(f"✖ {inert(failure.message, multiline=True)}", style="bold red"))
 
     def _title(self) -> str:
@@ -363,7 +369,7 @@ class CliffApp(App):
     def action_help(self) -> None:
         from cliff_tui.ui.screens import HelpScreen
 
-        self.push_screen(HelpScreen(self.mode, self.BINDINGS))
+        self.push_screen(HelpScreen(self.mode, self._own_bindings()))
 
     def action_log(self) -> None:
         from cliff_tui.ui.screens import LogScreen

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -160,6 +161,9 @@ def _mark_cliffs(
     return notes
 
 
+ByteUnit = Literal["B", "KiB", "MiB", "GiB"]
+
+
 def _measured(tri: Triangulation) -> list[MemoryPoint]:
     return [pt for pt in tri.points if pt.touched_bytes is not None]
 
@@ -174,13 +178,13 @@ def _x_axis(series: dict[str, Triangulation], deepest: int, width: int) -> Axis:
 def _y_axis(series: dict[str, Triangulation], x: Axis, capacity: float | None, height: int) -> tuple[Axis, bool]:
     """The axis over the points and lines, and whether the capacity is on it: only when the
     measured data still fill half the height."""
-    ys = [float(pt.touched_bytes) for tri in series.values() for pt in _measured(tri)]
+    ys = [float(pt.touched_bytes) for tri in series.values() for pt in tri.points if pt.touched_bytes is not None]
     ys += [y for tri in series.values() for y in (tri.touched.at(x.lo), tri.touched.at(x.hi)) if y is not None]
     lo, hi = min(ys), max(ys)
     if hi == lo:  # one point: halfway up from zero
         lo, hi = 0.0, 2 * hi
     shown = capacity is not None and lo - (hi - lo) <= capacity <= hi + (hi - lo)
-    if shown:
+    if shown and capacity is not None:
         lo, hi = min(lo, capacity), max(hi, capacity)
     return byte_axis(lo, hi, max(2, round((height - 4) / Y_TICK_ROWS))), shown
 
@@ -236,7 +240,8 @@ def byte_axis(lo: float, hi: float, count: int) -> Axis:
     """``lo`` to ``hi`` with a margin, ticked at round values in the unit of the largest: ``256 MiB``, ``1.5 GiB``."""
     margin = (hi - lo) * Y_MARGIN or abs(hi) * Y_MARGIN or 1.0
     lo, hi = lo - margin, hi + margin
-    unit, size = next(((u, s) for u, s in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)) if hi >= s), ("B", 1))
+    units: tuple[tuple[ByteUnit, int], ...] = (("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
+    unit, size = next(((u, s) for u, s in units if hi >= s), ("B", 1))
     ticks = [t * size for t in nice_ticks(lo / size, hi / size, count) if lo <= t * size <= hi]
     return Axis(lo, hi, tuple(ticks), tuple(fmt_bytes_in(t, unit) for t in ticks))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -168,7 +169,7 @@ def panels(p: Store, source_hint: str = NO_SOURCE, per_column: int = 1) -> list[
     a graph then moves once a second, and in between only its newest column changes)."""
     s = p.machine.latest
     if s is None:
-        return [Panel("wait", "waiting", "for the first sample…", None)]
+        return [Panel("wait", "waiting", "for the first sample…", ())]
     out: list[Panel] = []
     for gpu in s.gpus:
         out.append(_vram_panel(p, gpu, per_column))
@@ -177,7 +178,7 @@ def panels(p: Store, source_hint: str = NO_SOURCE, per_column: int = 1) -> list[
     out.append(_ram_panel(p, s, per_column))
     out.append(_swap_panel(p, s, per_column))
     if s.process is not None:
-        out.append(_process_panel(p, s, per_column))
+        out.append(_process_panel(p, s, s.process, per_column))
     if (use := p.machine.quota_use) is not None:
         out.append(_quota_panel(use, s.process))
     out.append(_tokens_panel(p, source_hint))
@@ -210,7 +211,7 @@ def _byte_graphs(
     out = []
     if capacity:
         mark = capacity - th.default_reserve(capacity) if cliff else None
-        style = lambda v: fill_style(v / capacity)  # noqa: E731
+        style: Callable[[float], Style] | None = lambda v: fill_style(v / capacity)  # noqa: E731
         out.append(
             Scaled(
                 Graph(values, 0, capacity, style, DIM, mark),
@@ -269,11 +270,11 @@ def _shared_panel(p: Store, s: Sample, per_column: int) -> Panel:
     known = [g for g in s.gpus if g.shared_used_bytes is not None]
     if not known:
         reason = next(
-            (g.reasons.get("shared_used_bytes") for g in s.gpus if g.reasons.get("shared_used_bytes")),
+            (why for g in s.gpus if (why := g.reasons.get("shared_used_bytes"))),
             "not available on this platform",
         )
-        return Panel("shared", "Shared VRAM", "n/a", None, reason)
-    g = max(known, key=lambda x: x.shared_used_bytes)
+        return Panel("shared", "Shared VRAM", "n/a", (), reason)
+    g = max(known, key=lambda x: x.shared_used_bytes or 0)
     hi = g.shared_total_bytes or s.ram.total_bytes
     value = f"{fmt_bytes(g.shared_used_bytes)}" + (
         f" / {fmt_bytes(g.shared_total_bytes)}" if g.shared_total_bytes else ""
@@ -332,7 +333,7 @@ def _swap_panel(p: Store, s: Sample, per_column: int) -> Panel:
             "swap",
             "Swap",
             "none configured",
-            None,
+            (),
             "no swap: past RAM the kernel kills the process instead of slowing it",
         )
     value = f"{fmt_bytes(sw.used_bytes)} / {fmt_bytes(sw.total_bytes)}  {fmt_share(sw.used_bytes, sw.total_bytes)}"
@@ -350,10 +351,9 @@ def _swap_panel(p: Store, s: Sample, per_column: int) -> Panel:
     )
 
 
-def _process_panel(p: Store, s: Sample, per_column: int) -> Panel:
-    proc = s.process
+def _process_panel(p: Store, s: Sample, proc: ProcessReading, per_column: int) -> Panel:
     if proc.rss_bytes is None:
-        return Panel("proc", f"PID {proc.pid}", "n/a", None, proc.reasons.get("rss_bytes", ""), AMBER)
+        return Panel("proc", f"PID {proc.pid}", "n/a", (), proc.reasons.get("rss_bytes", ""), AMBER)
     value = f"RSS {fmt_bytes(proc.total_rss_bytes)}"
     if proc.n_children:
         value += f" (incl. {proc.n_children} children {fmt_bytes(proc.children_rss_bytes)})"
@@ -375,17 +375,17 @@ def _quota_panel(use: QuotaUse, process: ProcessReading | None) -> Panel:
     whose = f"PID {process.pid}'s" if process is not None else "cliff-tui's own"
     value = f"{quota.words}  · cgroup {quota.path} ({whose})"
     if use.throttled_share is None:
-        return Panel("cpu", "CPU quota", value, None, "counting its periods…")
+        return Panel("cpu", "CPU quota", value, (), "counting its periods…")
     note = f"throttled in {use.throttled_share:.0%} of its periods over the last {use.seconds:.0f} s"
     if use.throttled:
         note += ": its processes spent the quota and waited for the next period"
-    return Panel("cpu", "CPU quota", value, None, note, AMBER if use.throttled else DIM)
+    return Panel("cpu", "CPU quota", value, (), note, AMBER if use.throttled else DIM)
 
 
 def _tokens_panel(p: Store, hint: str) -> Panel:
     series = p.history.get("tok_s")
     if not len(series):
-        return Panel("tok", "Tokens/s", "–", None, hint)
+        return Panel("tok", "Tokens/s", "–", (), hint)
     values = [v for v in series.tail(len(series)) if v is not None]
     hi = max(values) * 1.15 if values else 1
     graph = Scaled(Graph(series.tail(512), 0, hi, None, CYAN), f"{fmt_tok_s(hi)} tok/s", "0", "")

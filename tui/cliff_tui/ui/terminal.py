@@ -2,17 +2,11 @@
 a key comes.
 
 Textual's input thread wakes every 0.1 s to see whether the app is ending: ten wake-ups a
-second on a dashboard that nobody types into, about a seventh of what `watch` costs while RAM
-churns (``bench/RESULTS.md``). Here the thread blocks in ``select`` on the terminal and on a
+second on a dashboard that nobody types into (what that costs: bench/RESULTS.md, section
+'Textual private paths'). Here the thread blocks in ``select`` on the terminal and on a
 pipe that the driver's exit event writes to. It wakes on its own only when Textual's escape
 delay is up after input that held an ESC (an Escape key, an arrow, a mouse report), so that a
-lone Escape is still reported.
-
-Frames are written by the thread that draws them. Textual's driver hands each write to a
-thread of its own through a queue: a wake-up of that thread, and a hand-over of the GIL, a frame.
-Side by side under churn, writing in place cost 0.94× the CPU time. A terminal that stops
-reading (XOFF, a stalled SSH link) holds the loop once the pseudo-terminal's buffer is full, where
-Textual's queue would hold it after 30 frames."""
+lone Escape is still reported."""
 
 from __future__ import annotations
 
@@ -24,11 +18,17 @@ from codecs import getincrementaldecoder
 from typing import Any
 
 from textual import constants
-from textual._parser import ParseError
-from textual._xterm_parser import XTermParser  # the parser Textual's own driver feeds
+from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
 
+from cliff_tui.ui.textual_private import found, parser_debug
+
 _TERMINAL, _WAKE = "terminal", "wake"
+
+
+def terminal_driver() -> type[Driver]:
+    """The quiet driver where this Textual has the parser it feeds, else Textual's own."""
+    return QuietLinuxDriver if found().parsing is not None else LinuxDriver
 
 
 class _WakingEvent(threading.Event):
@@ -67,15 +67,12 @@ class QuietLinuxDriver(LinuxDriver):
         os.set_blocking(self._wake_write, False)
         self.exit_event = _WakingEvent(self._wake_write)
 
-    def write(self, data: str) -> None:
-        self._file.write(data)
-        self._file.flush()  # a bell or a clipboard copy is not followed by a flush
-
-    def flush(self) -> None:
-        self._file.flush()
-
     def run_input_thread(self) -> None:
-        parser = XTermParser(self._debug)
+        parsing = found().parsing
+        if parsing is None:
+            super().run_input_thread()
+            return
+        parser = parsing.parser(parser_debug(self))
         decode = getincrementaldecoder("utf-8")().decode
         selector = selectors.SelectSelector()  # as Textual's: macOS's kqueue can't watch a tty
         selector.register(self.fileno, selectors.EVENT_READ, _TERMINAL)
@@ -109,7 +106,7 @@ class QuietLinuxDriver(LinuxDriver):
             try:
                 for _ in parser.feed(""):
                     pass
-            except (EOFError, ParseError):
+            except (EOFError, parsing.error):
                 pass
 
     def _drain_wake(self) -> None:

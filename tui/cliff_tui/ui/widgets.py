@@ -19,10 +19,8 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from cliff_tui.ui.graph import line_cells
+from cliff_tui.ui.textual_private import dirty_widgets, mark_dirty, update_now
 
-# Textual's private names behind a paint at the end of a frame (present from 6.0 through 8.x);
-# without them the line views refresh the public way.
-_CAN_PAINT = hasattr(Widget, "_set_dirty") and hasattr(Screen, "_on_timer_update")
 _painting: ContextVar[Screen | None] = ContextVar("painting", default=None)
 
 
@@ -31,10 +29,10 @@ def one_paint(screen: Screen) -> Iterator[None]:
     """The line views changed inside the block are composited and written as it ends. Refreshed,
     a widget is repainted through a chain of messages (its idle pass tells its screen, whose idle
     pass starts the 1/60 s timer that composites): for the dashboard's three views that change
-    every frame, five of the event loop's tasks run and its thread wakes twice. Side by side
-    under churn, a frame painted in the block cost 0.82× the CPU time."""
-    dirty = getattr(screen, "_dirty_widgets", None)
-    if not _CAN_PAINT or not isinstance(dirty, set) or not screen.is_current:
+    every frame, five of the event loop's tasks run and its thread wakes twice (measured against
+    Textual's own path: bench/RESULTS.md, section 'Textual private paths')."""
+    dirty = dirty_widgets(screen)
+    if dirty is None or not screen.is_current:
         yield
         return
     token = _painting.set(screen)
@@ -43,7 +41,7 @@ def one_paint(screen: Screen) -> Iterator[None]:
     finally:
         _painting.reset(token)
         if dirty:
-            screen._on_timer_update()  # what the screen's update timer runs
+            update_now(screen)
         if dirty:  # not composited (an update batch is open): Textual's own pass will
             screen.check_idle()
 
@@ -136,9 +134,9 @@ class LineView(Widget):
         """Inside :func:`one_paint`, the regions are marked on the screen for it to composite;
         elsewhere, one refresh (each asks Textual for an idle pass)."""
         screen = _painting.get()
-        if screen is not None and self.display and self.screen is screen:
-            self._set_dirty(*regions)
-            screen._dirty_widgets.add(self)
+        dirty = dirty_widgets(screen) if screen is not None and self.display and self.screen is screen else None
+        if dirty is not None:
+            mark_dirty(self, regions, dirty)
         else:
             self.refresh(*regions)
 
@@ -151,7 +149,7 @@ class LineView(Widget):
         ]
         return [line for _, _, lines in self._built for line in lines]
 
-    def _build(self, keys: tuple, width: int) -> list[Strip]:
+    def _build(self, keys: tuple[object, ...] | None, width: int) -> list[Strip]:
         """New strips for the lines whose segments changed; the old strips are returned."""
         if self._drawn[1:] != (width,):
             self._base, self._lines = self.rich_style, []

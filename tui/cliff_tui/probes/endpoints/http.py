@@ -8,6 +8,7 @@ import ipaddress
 import json
 import re
 import socket
+import ssl
 import threading
 import urllib.error
 import urllib.parse
@@ -114,6 +115,8 @@ class _Watched:
     """A connection whose socket the watchdog can shut as soon as it exists (a proxy's CONNECT
     happens before connect() returns)."""
 
+    _create_connection: Callable[..., socket.socket]  # set by HTTPConnection.__init__; typeshed omits it
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._exchange: Exchange | None = getattr(_exchange, "current", None)
@@ -144,6 +147,8 @@ class _HTTPHandler(urllib.request.HTTPHandler):
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
+    _context: ssl.SSLContext | None  # set by HTTPSHandler.__init__; typeshed omits it
+
     def https_open(self, req: urllib.request.Request) -> Any:
         return self.do_open(_HTTPSConnection, req, context=self._context)
 

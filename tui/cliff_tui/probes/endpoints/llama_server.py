@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, TypeGuard
 
 from cliff_tui.events import ServerReading
 from cliff_tui.probes.endpoints.http import (
@@ -37,7 +37,7 @@ from cliff_tui.probes.endpoints.prometheus import parse_prometheus
 from cliff_tui.records import SlotReading
 from cliff_tui.text import file_name
 
-LLAMA_SERVER = "llama-server"
+LLAMA_SERVER: Final = "llama-server"
 DEFAULT_URL = "http://127.0.0.1:8080"
 METRICS_HINT = "restart it with --metrics to get tok/s"
 MAX_SLOTS = 512  # more than any real --parallel; guards against a nonsense total_slots
@@ -169,7 +169,7 @@ def _llama_error_message(status: int | None, error: str) -> str:
     return f"llama-server answered /metrics with HTTP {status}: {error}"
 
 
-def _looks_like_props(body: Any) -> bool:
+def _looks_like_props(body: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(body, dict) and ("default_generation_settings" in body or "total_slots" in body)
 
 

@@ -5,14 +5,14 @@ of the model sits in system RAM) and, in recent versions, ``context_length``. Ol
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Final
 
 from cliff_tui.events import ServerReading
 from cliff_tui.probes.endpoints.http import Getter, as_int, describe_body, fetch, normalise_url, server_reading
 from cliff_tui.records import ServedModel
 from cliff_tui.text import inert
 
-OLLAMA = "ollama"
+OLLAMA: Final = "ollama"
 DEFAULT_URL = "http://127.0.0.1:11434"
 
 
