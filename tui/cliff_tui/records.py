@@ -273,6 +273,45 @@ class SpeedVerdict:
 
 
 @dataclass(frozen=True)
+class OomKill:
+    """A run's process ended by SIGKILL, and what says whether the out-of-memory killer did it.
+
+    ``confirmed``: the memory cgroup's own count of OOM kills rose while it ran (``by_cgroup``), or
+    the kernel's log names its PID (``by_kernel_log``); None in either: not readable here."""
+
+    pid: int
+    confirmed: bool
+    by_cgroup: bool | None
+    by_kernel_log: bool | None
+    cgroup_path: str | None
+    limit_bytes: int | None  # the memory limit that applied to it (None: no cgroup limit)
+    limit_path: str | None
+    last_rss_bytes: int | None  # its resident memory, last read before it died
+    depth: int | None  # the depth its context had reached
+
+    @property
+    def tier(self) -> str:
+        return f"RAM (cgroup limit {fmt_bytes(self.limit_bytes)})" if self.limit_bytes else "RAM"
+
+    @property
+    def words(self) -> str:
+        """What is known, and nothing more."""
+        at = f" at depth {self.depth:,}" if self.depth is not None else ""
+        rss = f"RSS {fmt_bytes(self.last_rss_bytes)}" if self.last_rss_bytes else "RSS unknown"
+        limit = (
+            f" of limit {fmt_bytes(self.limit_bytes)} (cgroup {self.limit_path})"
+            if self.limit_bytes
+            else " (no cgroup limit: the machine's RAM)"
+        )
+        if not self.confirmed:
+            why = "neither the cgroup's OOM count nor the kernel's log could be read"
+            if self.by_cgroup is False or self.by_kernel_log is False:
+                why = "not the OOM killer by the cgroup's count or the kernel's log"
+            return f"the model's process was killed (SIGKILL){at}, last {rss}: {why}"
+        return f"OOM-killed{at} at {rss}{limit}"
+
+
+@dataclass(frozen=True)
 class CliffEvidence:
     """One sign's part in the verdict: what fired, when, at which depth, by how much."""
 
