@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from cliff_tui.engine import fill
-from cliff_tui.engine.fill import FillUnavailable, KvFiller, Layout, choose_fill, parse_state
+from cliff_tui.engine.fill import FillUnavailable, KvFiller, Layout, parse_state
 from cliff_tui.engine.llama import Context, L, LoadedModel
+from cliff_tui.engine.options import choose_fill
 from cliff_tui.engine.runner import Run, RunOptions
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.worker import PrefillProfile

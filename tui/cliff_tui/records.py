@@ -28,6 +28,7 @@ BufferKind = Literal["model", "kv", "compute", "output", "recurrent"]
 GpuVendor = Literal["nvidia", "amd"]
 FillMode = Literal["real", "synthetic"]  # how the KV cache reached depth: prefilled, or cells loaded
 
+CGROUP_TIER = "RAM (cgroup limit"  # how a cgroup's RAM tier is named: "RAM (cgroup limit 2 GiB)"
 UNKNOWN_MODEL = "unknown"  # a triangulation's file that does not name its model
 
 
@@ -115,7 +116,7 @@ class CgroupReading:
 
     @property
     def tier(self) -> str:
-        return f"RAM (cgroup limit {fmt_bytes(self.limit_bytes)})"
+        return f"{CGROUP_TIER} {fmt_bytes(self.limit_bytes)})"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.records import RunSettings
 
 if TYPE_CHECKING:
-    from cliff_tui.engine.fill import FillChoice
+    from cliff_tui.engine.options import FillChoice
 
 
 class RunJob:
@@ -35,9 +35,8 @@ class RunJob:
             check_readable(self.settings.prompt_file, "prompt file")
 
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
-        from cliff_tui.engine.fill import AUTO_REAL_DEPTH, choose_fill
-        from cliff_tui.engine.runner import RunOptions
-        from cliff_tui.engine.worker import run_point
+        from cliff_tui.engine.options import AUTO_REAL_DEPTH, RunOptions, choose_fill
+        from cliff_tui.engine.worker import run_point  # the model loads in the worker, not here
 
         self.check()
         fill = choose_fill(self.fill, self.settings.depth)

@@ -22,8 +22,8 @@ import time
 from collections.abc import Sequence
 
 from cliff_tui.analysis.theory import kv_bytes_per_token, kv_layout
-from cliff_tui.engine.fill import FillChoice, choose_fill
 from cliff_tui.engine.gguf_meta import read_model_info
+from cliff_tui.engine.options import FillChoice, choose_fill
 from cliff_tui.engine.runner import (
     RunOptions,
     largest_prefill_call,
