@@ -8,11 +8,15 @@ not one at 8k (see the README's 'In a container')."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -25,6 +29,7 @@ from cliff_tui.cli import EXIT_OOM_KILLED, EXIT_WORKER_DIED
 from cliff_tui.events import RunFailed, Sample
 from cliff_tui.recording.export import replay_all
 from cliff_tui.recording.reader import open_recording
+from cliff_tui.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tui"), os.environ.get("PYTHONPATH", "")]))
@@ -118,7 +123,9 @@ def test_triangulate_in_a_container_takes_the_points_that_fit_and_bounds_the_lar
     assert projection["tier"] == "RAM (cgroup limit 250 MiB)"
     assert projection["capacity_bytes"] <= TRIANGULATE_LIMIT
     assert projection["reserve_bytes"] <= TRIANGULATE_LIMIT / 10  # a container's reserve, not a machine's
-    assert 2048 <= projection["max_context"] < failure["n_ctx"], projection
+    # to the limit less the reserve, and never past the point that was killed
+    assert projection["limited_by"] in ("RAM (cgroup limit 250 MiB) minus reserve", "OOM kill"), projection
+    assert 1024 <= projection["max_context"] < failure["n_ctx"], projection
 
 
 def worker_of(pid: int, timeout_s: float = 60) -> int:
@@ -153,3 +160,109 @@ def test_a_worker_killed_by_someone_else_is_not_called_an_oom_kill(smollm2: Path
     assert result["killed"]["oom"]["confirmed"] is False and result["killed"]["oom"]["pid"] == worker
     assert result["cliff"]["level"] == "info" and "OOM" not in result["cliff"]["text"].replace("not the OOM killer", "")
     assert "killed (SIGKILL)" in result["cliff"]["text"]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_swap_behind_a_container_limit_is_red_live_only_where_the_verdict_is(memory_sandbox, tmp_path, smollm2):
+    """150 MiB with 1 GiB of swap: the model's pages go to swap as it loads, before the run's
+    baseline. The live swap sign and the verdict follow one rule, and their words name the pages
+    the model's process holds in swap."""
+    box = memory_sandbox(150 * MiB, swap_bytes=1024 * MiB, swap_kind="file")
+    record = tmp_path / "run.jsonl"
+    done, _ = cliff_tui(
+        box.cgroup,
+        *("run", "--headless", "--depth", "6000", "--fill", "synthetic", "--n-gen", "8", "-o", "json"),
+        *("--record", str(record)),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    cliff = json.loads(done.stdout)["cliff"]
+
+    store, live = Store(), []
+    for event in open_recording(record).events:
+        store.feed(event)
+        if isinstance(event, Sample) and store.runs.running is not None:
+            live.append(store.signs.current[1])
+    swapped = [s for s in live if s.level != "ok"]
+    assert swapped, [s.headline for s in live]  # the limit put pages in swap while it ran
+    if cliff["level"] != "red":
+        assert all(s.level != "red" for s in live), [s.detail for s in live if s.level == "red"]
+        words = " ".join(s.detail for s in swapped) + " " + cliff["text"]
+        assert " holds " in words and "in swap" in words and "none of it this model's memory" not in words, words
+    pid_swap = [s.process.swap_bytes for s in open_recording(record).events if isinstance(s, Sample) and s.process]
+    if max(b or 0 for b in pid_swap) > 0:
+        assert "none of it this model's memory" not in cliff["text"], cliff["text"]
+
+
+ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\x1b\][^\x07]*\x07")
+
+
+class Terminal:
+    """A pseudo-terminal the TUI draws on, its output read as it comes."""
+
+    def __init__(self, cols: int = 160, rows: int = 48) -> None:
+        self.master, self.slave = os.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.screen = bytearray()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.screen += chunk
+
+    def text(self) -> str:
+        return ANSI.sub(b"", bytes(self.screen)).decode("utf-8", "replace")
+
+    def wait_for(self, words: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if words in self.text():
+                return True
+            time.sleep(0.2)
+        return False
+
+    def close(self) -> None:
+        for fd in (self.master, self.slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@pytest.mark.model
+def test_the_screen_outlives_the_oom_kill_and_shows_the_verdict(smollm2: Path):
+    term = Terminal()
+    env = dict(ENV, TERM="xterm-256color", COLUMNS="160", LINES="48")
+    try:
+        with no_swap_cgroup(RUN_LIMIT) as made:
+            proc = made.popen(
+                [sys.executable, "-m", "cliff_tui", "run", "--depth", "6000", "--n-gen", "8"],
+                stdin=term.slave,
+                stdout=term.slave,
+                stderr=term.slave,
+                env=env,
+                start_new_session=True,
+            )
+            term.start()
+            shown = term.wait_for("OOM-killed", 120)
+            alive = proc.poll() is None
+            os.write(term.master, b"q")
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+    finally:
+        term.close()
+    assert shown, term.text()[-3000:]
+    assert alive  # the screen stayed after its worker was killed
+    assert "cgroup limit 100 MiB" in term.text()

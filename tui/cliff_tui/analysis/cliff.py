@@ -216,11 +216,7 @@ class RunWatch:
         now = self._last.process.swap_bytes if self._last is not None and self._last.process else None
         if not now:
             return "none of it this model's memory"
-        return (
-            "in other processes' pages; this model's process grew none"
-            + _held_words(self._process_swap0, now)
-            + ", not read back as it generates"
-        )
+        return "mostly other processes' pages; this model's process" + _held_words(self._process_swap0, now)
 
     # --- the evidence ---------------------------------------------------------------------
 
@@ -263,7 +259,7 @@ class RunWatch:
                     crossing.amount,
                 )
             )
-        if self._swap_elsewhere is not None and self._swap is None:
+        if self._swap_elsewhere is not None and self._swap is None and self._parked is None:
             c = self._swap_elsewhere
             out.append(
                 CliffEvidence(
@@ -279,10 +275,9 @@ class RunWatch:
         return out
 
 
-def _held_words(before: int | None, now: int | None) -> str:
-    held = f" and holds {fmt_bytes(now)} in swap" if now else ""
+def _held_words(before: int | None, now: int) -> str:
     earlier = f" ({fmt_bytes(before)} of it put there before the run's baseline, as it loaded)" if before else ""
-    return held + earlier
+    return f" holds {fmt_bytes(now)} in swap{earlier}, not read back as it generates"
 
 
 def _red(sign: int, tier: str, c: _Crossing, what: str) -> CliffEvidence:

@@ -145,7 +145,7 @@ def swap_words(sample: Sample, grew: int, watch: RunWatch | None) -> str:
         return f"swap grew {fmt_bytes(grew)}: whose pages is not known here (no process followed), not read back"
     since = watch.process_swap_at_start if watch is not None else None
     mine = f"PID {proc.pid} holds {fmt_bytes(proc.swap_bytes)} in swap"
-    if since is not None:
+    if since:
         mine += f" ({fmt_bytes(since)} of it from before the run's baseline)"
     others = max(grew - max(proc.swap_bytes - (since or 0), 0), 0)
     return f"swap grew {fmt_bytes(grew)}: {mine}, not read back; other processes' pages: {fmt_bytes(others)}"
