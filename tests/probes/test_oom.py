@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 from cgroup_cliff import MiB
@@ -77,3 +78,5 @@ def test_the_worker_is_the_oom_killers_first_choice_and_the_monitor_is_left_alon
     code = run_in_worker(_report_oom_score, (), seen.append, threading.Event())
     assert code == 0 and seen == ["1000"]
     assert Path("/proc/self/oom_score_adj").read_text().strip() == before
+    tracker = resource_tracker._resource_tracker._pid  # picked next, while a killed worker lets go
+    assert Path(f"/proc/{tracker}/oom_score_adj").read_text().strip() == "1000"

@@ -134,6 +134,8 @@ def _swap_sign(sample: Sample, base: SpillBaselines, watch: RunWatch | None) -> 
         if red is not None:
             return SignState(1, "red", f"swap +{fmt_bytes(delta)}", f"{red.text}: the CPU-only cliff")
         return SignState(1, "info", f"swap +{fmt_bytes(delta)}", swap_words(sample, delta, watch))
+    if sample.process is not None and sample.process.swap_bytes:
+        return SignState(1, "ok", f"swap +{fmt_bytes(max(delta, 0))}", swap_words(sample, max(delta, 0), watch))
     return SignState(1, "ok", f"swap +{fmt_bytes(max(delta, 0))}", "CPU-only: swap is the cliff; at baseline")
 
 

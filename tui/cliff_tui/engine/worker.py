@@ -20,7 +20,7 @@ from typing import Any
 
 from cliff_tui.analysis.theory import pad_n_ctx
 from cliff_tui.events import RunFailed, RunFinished, RunProgress, RunStarted
-from cliff_tui.probes.oom import OomWatch
+from cliff_tui.probes.oom import OomWatch, raise_oom_score
 from cliff_tui.records import FailureKind, OomKill, RunResult, RunSettings
 
 _CTX = multiprocessing.get_context("spawn")
@@ -72,8 +72,6 @@ class PrefillProfile:
 def _child_main(target: Callable, *args: Any) -> None:
     """Ctrl-C in the terminal reaches the whole process group: the parent owns the cancelling, so
     an interrupted child does not die with a traceback, or read as a run that failed."""
-    from cliff_tui.probes.oom import raise_oom_score
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise_oom_score()  # where memory runs out, the kernel kills the worker, not the monitor beside it
     target(*args)
@@ -189,6 +187,12 @@ def _ensure_resource_tracker() -> None:
             resource_tracker.ensure_running()
         finally:
             sys.stderr = captured
+        # A worker killed for memory may not have let go of it when the next charge comes (its
+        # threads run on until the kill lands), and the kernel then picks again: the tracker, which
+        # holds nothing a run needs (it starts again when next used), before the monitor.
+        tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+        if tracker is not None:
+            raise_oom_score(pid=tracker)
 
 
 def run_in_worker(

@@ -144,9 +144,10 @@ def _find(pid: int) -> _Where | None:
     return None
 
 
-def raise_oom_score(value: int = 1000) -> None:
-    """Make this process the OOM killer's first choice (raising is allowed to any process)."""
+def raise_oom_score(value: int = 1000, pid: int | str = "self") -> None:
+    """Make a process (this one by default) the OOM killer's first choice: raising it needs no
+    privilege, for a process of one's own."""
     try:
-        Path("/proc/self/oom_score_adj").write_text(str(value), encoding="ascii")
+        Path(f"/proc/{pid}/oom_score_adj").write_text(str(value), encoding="ascii")
     except OSError:
         pass
