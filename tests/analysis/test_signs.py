@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from cliff_tui.analysis import thresholds as th
+from cliff_tui.analysis.cliff import RunWatch, cliff_verdict
 from cliff_tui.analysis.signs import RamTrend, SpillBaselines, ram_trend, sign1, sign2, sign3
 from cliff_tui.events import Sample
-from cliff_tui.records import GpuReading, RamReading, SpeedVerdict, SwapReading
+from cliff_tui.records import GpuReading, ProcessReading, RamReading, SpeedVerdict, SwapReading
 from cliff_tui.units import GiB, MiB
 
 
@@ -67,10 +70,41 @@ def test_shared_vram_a_platform_cannot_report_is_na_with_its_reason():
     assert (state.level, state.detail) == ("na", why)
 
 
-def test_cpu_only_swap_above_its_baseline_is_the_cliff():
-    base = baselines(sample(swap_used=100 * MiB))
-    assert sign1(sample(swap_used=100 * MiB + th.SWAP_SPILL_BYTES + 1), base).level == "red"
-    assert sign1(sample(swap_used=100 * MiB + th.SWAP_SPILL_BYTES), base).level == "ok"
+def with_process(s: Sample, swap: int, faults: int) -> Sample:
+    proc = ProcessReading(4242, "worker", 80 * MiB, 0, swap_bytes=swap, major_faults=faults)
+    return dataclasses.replace(s, process=proc)
+
+
+def test_cpu_only_swap_growth_is_information_until_the_models_pages_are_read_back():
+    """The live sign's rule is the verdict's (RunWatch): the model's process holds pages in swap
+    from before the baseline (put there as it loaded), others' pages grow; nothing is read back."""
+    watch, grown = RunWatch(), 100 * MiB + th.SWAP_SPILL_BYTES + 1
+    first = with_process(sample(0.0, swap_used=100 * MiB), swap=50 * MiB, faults=0)
+    base = baselines(first)
+    watch.observe(first, 0)
+    later = with_process(sample(5.0, swap_used=grown), swap=50 * MiB, faults=10)
+    watch.observe(later, 1024)
+    state = sign1(later, base, watch)
+    assert state.level == "info"
+    assert "PID 4242 holds 50.0 MiB in swap" in state.detail and "before the run's baseline" in state.detail
+    assert "not read back" in state.detail
+    verdict = cliff_verdict(watch.evidence(), None)
+    assert verdict.level == "info"
+    assert "none of it this model's memory" not in verdict.text and "holds 50.0 MiB in swap" in verdict.text
+    assert sign1(sample(swap_used=100 * MiB + th.SWAP_SPILL_BYTES), base, watch).level == "ok"
+
+
+def test_cpu_only_swap_sign_is_red_when_the_verdicts_rule_is():
+    """The model's own pages in swap, read back page after page as it generates: red live, red at the end."""
+    watch = RunWatch()
+    first = with_process(sample(0.0, swap_used=100 * MiB), swap=0, faults=0)
+    base = baselines(first)
+    watch.observe(first, 0)
+    watch.observe(with_process(sample(1.0, swap_used=100 * MiB), swap=0, faults=0), 1024)
+    later = with_process(sample(2.0, swap_used=300 * MiB), swap=200 * MiB, faults=10_000)
+    watch.observe(later, 2048)
+    assert sign1(later, base, watch).level == "red"
+    assert cliff_verdict(watch.evidence(), None).level == "red"
 
 
 def test_cpu_only_without_swap_says_the_cliff_is_an_oom_kill():

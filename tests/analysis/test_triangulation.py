@@ -14,7 +14,7 @@ from cliff_tui.analysis.triangulation import (
     triangulate,
 )
 from cliff_tui.events import RunFailed, TriangulationPlanned
-from cliff_tui.records import GpuDelta, RunResult, RunSettings, SpeedVerdict
+from cliff_tui.records import GpuDelta, OomKill, RunResult, RunSettings, SpeedVerdict
 
 MiB = 1024**2
 KiB = 1024
@@ -139,6 +139,19 @@ def test_a_failed_allocation_bounds_the_cliff():
     assert tri.projection.max_context == 8192  # below the failure, though RAM would allow far more
     assert tri.projection.limited_by == "failed allocation"
     assert "does not fit at 8,448" in tri.verdict
+
+
+def test_an_oom_killed_point_bounds_the_cliff_in_a_cgroup_with_a_containers_reserve():
+    results = [_result(n, 200 * MiB + n * 30 * KiB) for n in (2304, 4352)]
+    oom = OomKill(42, True, True, None, "/box", 2048 * MiB, "/box", 1900 * MiB, 5000)
+    failures = [RunFailed(0.0, "r8448", "does_not_fit", "OOM-killed", n_ctx=8448, depth=5000, oom=oom)]
+    tier = "RAM (cgroup limit 2.00 GiB)"
+    plan = TriangulationPlanned(0.0, (2048, 4096, 8192), ("f16",), 32_000, None, 2000 * MiB, ram_tier=tier)
+    tri = triangulate(results, failures, plan, theory_bytes_per_token=23040)
+    assert tri.projection.max_context == 8192  # the limit would allow more: the kill bounds it
+    assert tri.projection.limited_by == "OOM kill"
+    assert tri.projection.tier == tier
+    assert tri.projection.reserve_bytes == 200 * MiB  # a tenth of the limit, not the machine's 256 MiB floor
 
 
 def test_cpu_tier_uses_rss_and_available_ram():

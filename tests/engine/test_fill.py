@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from cliff_tui.engine import fill
-from cliff_tui.engine.fill import FillUnavailable, KvFiller, Layout, choose_fill, parse_state
+from cliff_tui.engine.fill import FillUnavailable, KvFiller, Layout, parse_state
 from cliff_tui.engine.llama import Context, L, LoadedModel
+from cliff_tui.engine.options import AUTO_REAL_DEPTH, choose_fill
 from cliff_tui.engine.runner import Run, RunOptions
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.worker import PrefillProfile
@@ -66,8 +67,8 @@ def _saved(context: Context, tokens: list[int], path) -> bytes:
 
 
 def test_auto_fills_only_deep_runs():
-    assert choose_fill("auto", fill.AUTO_REAL_DEPTH) == "real"
-    assert choose_fill("auto", fill.AUTO_REAL_DEPTH + 1) == "synthetic"
+    assert choose_fill("auto", AUTO_REAL_DEPTH) == "real"
+    assert choose_fill("auto", AUTO_REAL_DEPTH + 1) == "synthetic"
     assert choose_fill("real", 10**6) == "real" and choose_fill("synthetic", 10) == "synthetic"
 
 

@@ -1,7 +1,7 @@
 """The ``memory_sandbox`` fixture: swap and a memory cgroup as root (tests/support/cgroup_cliff.py), skipped
 with the reason where the machine cannot host them (failed under CI, see needs.py), undone at teardown; ``child_in_cgroup``: a
-child process holding memory inside a cgroup of its own; ``limited_cgroup``, ``quota_cgroup``: an
-empty cgroup with a memory limit, or held to a CPU quota."""
+child process holding memory inside a cgroup of its own; ``limited_cgroup``, ``no_swap_cgroup``,
+``quota_cgroup``: an empty cgroup with a memory limit (with no swap), or held to a CPU quota."""
 
 from __future__ import annotations
 
@@ -69,6 +69,15 @@ def limited_cgroup(limit_bytes: int) -> Iterator[Cgroup]:
     """As root: an empty memory cgroup limited to ``limit_bytes`` (skipped where none can be made);
     its processes killed and the cgroup removed on exit."""
     with _hosted(lambda: cgroup(limit_bytes)) as made:
+        yield made
+
+
+@contextmanager
+def no_swap_cgroup(limit_bytes: int) -> Iterator[Cgroup]:
+    """As root: an empty memory cgroup limited to ``limit_bytes`` that may not swap (v1: memory+swap
+    held to the same limit, swappiness 0), as a container with ``--memory`` and no swap: past the
+    limit the kernel's OOM killer ends a process in it. Its processes killed and it removed on exit."""
+    with _hosted(lambda: cgroup(limit_bytes, swap_limit_bytes=0, swappiness=0)) as made:
         yield made
 
 

@@ -23,7 +23,7 @@ from cliff_tui.analysis.fit import (
 )
 from cliff_tui.errors import BadInput, read_text
 from cliff_tui.events import Sample
-from cliff_tui.records import ModelInfo
+from cliff_tui.records import CGROUP_TIER, ModelInfo
 from cliff_tui.units import fmt_bytes, is_number
 
 
@@ -113,7 +113,7 @@ def advise(
 ) -> FitTable:
     given = reserve is not None
     if reserve is None:
-        reserve = th.default_reserve(tier.capacity_bytes)
+        reserve = th.default_reserve(tier.capacity_bytes, tier.name.startswith(CGROUP_TIER))
     if reserve >= tier.capacity_bytes:
         fix = "pass a smaller --reserve" if given else "pass --reserve with less (0 keeps nothing free)"
         raise BadInput(

@@ -20,6 +20,7 @@ from cliff_tui.records import (
     GpuReading,
     ModelInfo,
     NoticeLevel,
+    OomKill,
     ProcessReading,
     RamReading,
     RunPhase,
@@ -142,6 +143,7 @@ class RunFailed:
     message: str
     n_ctx: int | None = None
     depth: int | None = None
+    oom: OomKill | None = None  # its process ended by SIGKILL: whether the OOM killer did it
 
 
 @dataclass(frozen=True)

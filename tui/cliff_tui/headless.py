@@ -50,6 +50,8 @@ class Headless:
             self._say(f"[{getattr(event, 'level', 'info')}] {_text(event)}")
         elif isinstance(event, RunFailed) and event.kind == "does_not_fit":
             self._say(f"[does not fit] {inert(event.message)}")
+        elif isinstance(event, RunFailed) and event.oom is not None:
+            self._say(f"[killed] {inert(event.message)}")
 
     def _say(self, line: str) -> None:
         """A progress line; where standard error is full, the run goes on without them."""

@@ -28,6 +28,7 @@ BufferKind = Literal["model", "kv", "compute", "output", "recurrent"]
 GpuVendor = Literal["nvidia", "amd"]
 FillMode = Literal["real", "synthetic"]  # how the KV cache reached depth: prefilled, or cells loaded
 
+CGROUP_TIER = "RAM (cgroup limit"  # how a cgroup's RAM tier is named: "RAM (cgroup limit 2 GiB)"
 UNKNOWN_MODEL = "unknown"  # a triangulation's file that does not name its model
 
 
@@ -115,7 +116,7 @@ class CgroupReading:
 
     @property
     def tier(self) -> str:
-        return f"RAM (cgroup limit {fmt_bytes(self.limit_bytes)})"
+        return f"{CGROUP_TIER} {fmt_bytes(self.limit_bytes)})"
 
 
 @dataclass(frozen=True)
@@ -270,6 +271,45 @@ class SpeedVerdict:
     drop_vs_expected_pct: float | None
     knee_depth: int | None = None
     cause: str | None = None
+
+
+@dataclass(frozen=True)
+class OomKill:
+    """A run's process ended by SIGKILL, and what says whether the out-of-memory killer did it.
+
+    ``confirmed``: the memory cgroup's own count of OOM kills rose while it ran (``by_cgroup``), or
+    the kernel's log names its PID (``by_kernel_log``); None in either: not readable here."""
+
+    pid: int
+    confirmed: bool
+    by_cgroup: bool | None
+    by_kernel_log: bool | None
+    cgroup_path: str | None
+    limit_bytes: int | None  # the memory limit that applied to it (None: no cgroup limit)
+    limit_path: str | None
+    last_rss_bytes: int | None  # its resident memory, last read before it died
+    depth: int | None  # the depth its context had reached
+
+    @property
+    def tier(self) -> str:
+        return f"RAM (cgroup limit {fmt_bytes(self.limit_bytes)})" if self.limit_bytes else "RAM"
+
+    @property
+    def words(self) -> str:
+        """What is known, and nothing more."""
+        at = f" at depth {self.depth:,}" if self.depth is not None else ""
+        rss = f"RSS {fmt_bytes(self.last_rss_bytes)}" if self.last_rss_bytes else "RSS unknown"
+        limit = (
+            f" of limit {fmt_bytes(self.limit_bytes)} (cgroup {self.limit_path})"
+            if self.limit_bytes
+            else " (no cgroup limit: the machine's RAM)"
+        )
+        if not self.confirmed:
+            why = "neither the cgroup's OOM count nor the kernel's log could be read"
+            if self.by_cgroup is False or self.by_kernel_log is False:
+                why = "not the OOM killer by the cgroup's count or the kernel's log"
+            return f"the model's process was killed (SIGKILL){at}, last {rss}: {why}"
+        return f"OOM-killed{at} at {rss}{limit}"
 
 
 @dataclass(frozen=True)

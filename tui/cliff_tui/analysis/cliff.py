@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.cpu_quota import periods_between, ran_out_often, throttled_share
 from cliff_tui.events import DecodeWindow, Sample
-from cliff_tui.records import CliffEvidence, CliffVerdict, CpuQuota, SpeedVerdict
+from cliff_tui.records import CliffEvidence, CliffVerdict, CpuQuota, OomKill, SpeedVerdict
 from cliff_tui.units import fmt_bytes
 
 
@@ -206,6 +206,19 @@ class RunWatch:
             return f"other processes used {load:.1f} CPU cores while it decoded"
         return None
 
+    @property
+    def process_swap_at_start(self) -> int | None:
+        """The followed process's pages in swap at the run's baseline (None: not known)."""
+        return self._process_swap0
+
+    def _whose_swap(self) -> str:
+        """Whose pages grew in swap: other processes', and what the model's process holds there
+        (never "none of it" about a process with pages in swap)."""
+        now = self._last.process.swap_bytes if self._last is not None and self._last.process else None
+        if not now:
+            return "none of it this model's memory"
+        return "mostly other processes' pages; this model's process" + _held_words(self._process_swap0, now)
+
     # --- the evidence ---------------------------------------------------------------------
 
     def evidence(self) -> list[CliffEvidence]:
@@ -247,13 +260,13 @@ class RunWatch:
                     crossing.amount,
                 )
             )
-        if self._swap_elsewhere is not None and self._swap is None:
+        if self._swap_elsewhere is not None and self._swap is None and self._parked is None:
             c = self._swap_elsewhere
             out.append(
                 CliffEvidence(
                     1,
                     "info",
-                    f"swap grew {fmt_bytes(c.amount)}, none of it this model's memory",
+                    f"swap grew {fmt_bytes(c.amount)}, {self._whose_swap()}",
                     c.t,
                     c.depth,
                     "swap",
@@ -261,6 +274,11 @@ class RunWatch:
                 )
             )
         return out
+
+
+def _held_words(before: int | None, now: int) -> str:
+    earlier = f" ({fmt_bytes(before)} of it put there before the run's baseline, as it loaded)" if before else ""
+    return f" holds {fmt_bytes(now)} in swap{earlier}, not read back as it generates"
 
 
 def _red(sign: int, tier: str, c: _Crossing, what: str) -> CliffEvidence:
@@ -314,3 +332,13 @@ def cliff_verdict(evidence: list[CliffEvidence], speed: SpeedVerdict | None) -> 
     if info:
         return CliffVerdict("info", "no cliff: " + "; ".join(e.text for e in info), None, None, tuple(items))
     return CliffVerdict("ok", "no cliff: no memory sign, decode on its depth trend", None, None, tuple(items))
+
+
+def killed_verdict(oom: OomKill, evidence: list[CliffEvidence]) -> CliffVerdict:
+    """A run whose process was killed: red on its RAM tier where the OOM killer is confirmed to
+    have done it (the cliff with no swap behind the limit), else what is known, as information."""
+    if not oom.confirmed:
+        known = CliffEvidence(1, "info", oom.words, None, oom.depth, None, oom.last_rss_bytes)
+        return CliffVerdict("info", f"no verdict: {oom.words}", None, oom.depth, (*evidence, known))
+    sign = CliffEvidence(1, "red", oom.words, None, oom.depth, oom.tier, oom.last_rss_bytes)
+    return CliffVerdict("red", f"cliff on {oom.tier}: {oom.words}", oom.tier, oom.depth, (*evidence, sign))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cliff_tui.analysis import thresholds as th
+from cliff_tui.analysis.cliff import RunWatch
 from cliff_tui.analysis.speed import fit_line
 from cliff_tui.events import Sample
 from cliff_tui.records import SpeedVerdict
@@ -95,9 +96,11 @@ class SpillBaselines:
         return sample.swap.used_bytes - (self.swap if self.swap is not None else sample.swap.used_bytes)
 
 
-def sign1(sample: Sample, base: SpillBaselines) -> SignState:
+def sign1(sample: Sample, base: SpillBaselines, watch: RunWatch | None = None) -> SignState:
+    """``watch``: the running run's (or the session's) memory signs: on a CPU-only machine swap
+    growth is red only where it reads the model's pages back, the rule its verdict uses."""
     if not sample.gpus:
-        return _swap_sign(sample, base)
+        return _swap_sign(sample, base, watch)
     by_index = base.shared_deltas(sample)
     deltas = [(g, by_index[g.index]) for g in sample.gpus if g.index in by_index]
     if not deltas:
@@ -117,7 +120,7 @@ def sign1(sample: Sample, base: SpillBaselines) -> SignState:
     return SignState(1, "ok", f"shared +{fmt_bytes(max(delta, 0))}", "shared VRAM at its baseline")
 
 
-def _swap_sign(sample: Sample, base: SpillBaselines) -> SignState:
+def _swap_sign(sample: Sample, base: SpillBaselines, watch: RunWatch | None) -> SignState:
     if sample.swap.total_bytes == 0:
         return SignState(
             1,
@@ -127,8 +130,27 @@ def _swap_sign(sample: Sample, base: SpillBaselines) -> SignState:
         )
     delta = base.swap_delta(sample)
     if delta > th.SWAP_SPILL_BYTES:
-        return SignState(1, "red", f"swap +{fmt_bytes(delta)}", "memory is being paged out to swap: the CPU-only cliff")
+        red = next((e for e in watch.evidence() if e.tier == "swap" and e.level == "red"), None) if watch else None
+        if red is not None:
+            return SignState(1, "red", f"swap +{fmt_bytes(delta)}", f"{red.text}: the CPU-only cliff")
+        return SignState(1, "info", f"swap +{fmt_bytes(delta)}", swap_words(sample, delta, watch))
+    if sample.process is not None and sample.process.swap_bytes:
+        return SignState(1, "ok", f"swap +{fmt_bytes(max(delta, 0))}", swap_words(sample, max(delta, 0), watch))
     return SignState(1, "ok", f"swap +{fmt_bytes(max(delta, 0))}", "CPU-only: swap is the cliff; at baseline")
+
+
+def swap_words(sample: Sample, grew: int, watch: RunWatch | None) -> str:
+    """Whose pages the swap holds, as measured: the followed process's (since when, read back or
+    not), and what grew besides."""
+    proc = sample.process
+    if proc is None or proc.swap_bytes is None:
+        return f"swap grew {fmt_bytes(grew)}: whose pages is not known here (no process followed), not read back"
+    since = watch.process_swap_at_start if watch is not None else None
+    mine = f"PID {proc.pid} holds {fmt_bytes(proc.swap_bytes)} in swap"
+    if since:
+        mine += f" ({fmt_bytes(since)} of it from before the run's baseline)"
+    others = max(grew - max(proc.swap_bytes - (since or 0), 0), 0)
+    return f"swap grew {fmt_bytes(grew)}: {mine}, not read back; other processes' pages: {fmt_bytes(others)}"
 
 
 def sign2(trend: RamTrend | None, generating: bool, kv_on_gpu: bool | None, model: RamTrend | None = None) -> SignState:

@@ -49,9 +49,17 @@ DEFAULT_RESERVE_FRACTION = 0.05
 DEFAULT_RESERVE_MIN_BYTES = 256 * MiB
 
 
-def default_reserve(capacity: int) -> int:
-    """What to keep free on the cliff tier unless the user says otherwise."""
-    return max(DEFAULT_RESERVE_MIN_BYTES, int(capacity * DEFAULT_RESERVE_FRACTION))
+DEFAULT_RESERVE_MAX_FRACTION = 0.1  # a small tier (a container's memory limit) keeps no more than this
+
+
+def default_reserve(capacity: int, container: bool = False) -> int:
+    """What to keep free on the cliff tier unless the user says otherwise; ``container``: the
+    tier is a memory cgroup's limit, often far below a machine's RAM, where the machine's floor
+    would keep all of it: a tenth of it at most."""
+    floor = DEFAULT_RESERVE_MIN_BYTES
+    if container:
+        floor = min(floor, int(capacity * DEFAULT_RESERVE_MAX_FRACTION))
+    return max(floor, int(capacity * DEFAULT_RESERVE_FRACTION))
 
 
 # The cliff gauge turns amber at this share of the largest context before the cliff.

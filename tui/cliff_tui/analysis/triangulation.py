@@ -25,7 +25,7 @@ from cliff_tui.analysis.speed import fit_line
 from cliff_tui.analysis.theory import N_CTX_PAD
 from cliff_tui.analysis.trained_context import past_trained_note
 from cliff_tui.events import RunFailed, TriangulationPlanned
-from cliff_tui.records import ModelInfo, RunResult
+from cliff_tui.records import CGROUP_TIER, ModelInfo, RunResult
 from cliff_tui.units import KiB, MiB, fmt_bytes
 
 
@@ -275,7 +275,8 @@ def capacity_for(kv_device: str | None, plan: TriangulationPlanned | None, reser
         tier = f"GPU{gpu} dedicated VRAM"
     if total is None:
         return Capacity(tier, None, reserve)
-    return Capacity(tier, total, th.default_reserve(total) if reserve is None else reserve)
+    in_cgroup = gpu is None and plan is not None and plan.ram_tier.startswith(CGROUP_TIER)
+    return Capacity(tier, total, th.default_reserve(total, in_cgroup) if reserve is None else reserve)
 
 
 def triangulate(
@@ -297,14 +298,20 @@ def triangulate(
         wall = locate_wall(points, first_off)
         on_line = on_line[:first_off]
     touched = slope_of([p.n_ctx for p in on_line], [_touched(p) for p in on_line])
-    no_fit = [f.n_ctx for f in failures if f.kind == "does_not_fit" and f.n_ctx]
-    does_not_fit_at = min(no_fit) if no_fit else None
+    no_fit = sorted((f for f in failures if f.kind == "does_not_fit" and f.n_ctx), key=lambda f: f.n_ctx or 0)
+    does_not_fit_at = no_fit[0].n_ctx if no_fit else None
+    no_fit_why = "OOM kill" if no_fit and no_fit[0].oom is not None else "failed allocation"
     allocated_checks = check_allocated(points)
     verdict = _verdict(points, checks, allocated_checks, wall, does_not_fit_at)
     capacity = capacity_for(kv_device, plan, plan.reserve_bytes if plan else None)
     target = target or (plan.target if plan else None) or (points[-1].n_ctx * 2 if points else 0)
     projection = project(
-        touched if touched.bytes_per_token is not None else allocated, capacity, target, wall, does_not_fit_at
+        touched if touched.bytes_per_token is not None else allocated,
+        capacity,
+        target,
+        wall,
+        does_not_fit_at,
+        no_fit_why,
     )
     if model is not None:
         projection = dataclasses.replace(projection, trained_note=trained_note(model, projection))
@@ -350,7 +357,14 @@ def _verdict(
     return "linear" + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def project(slope: Slope, capacity: Capacity, target: int, wall: int | None, does_not_fit_at: int | None) -> Projection:
+def project(
+    slope: Slope,
+    capacity: Capacity,
+    target: int,
+    wall: int | None,
+    does_not_fit_at: int | None,
+    no_fit_why: str = "failed allocation",
+) -> Projection:
     per_token, intercept = slope.bytes_per_token, slope.intercept_bytes
     if per_token is None or intercept is None:
         return Projection(
@@ -372,7 +386,7 @@ def project(slope: Slope, capacity: Capacity, target: int, wall: int | None, doe
     if capacity.bytes is not None and per_token > 0:
         usable = capacity.bytes - (capacity.reserve_bytes or 0)
         limit, limited_by = int((usable - intercept) / per_token), f"{capacity.tier} minus reserve"
-    for bound, why in ((wall, "memory wall"), (does_not_fit_at, "failed allocation")):
+    for bound, why in ((wall, "memory wall"), (does_not_fit_at, no_fit_why)):
         if bound is not None and (limit is None or bound - N_CTX_PAD < limit):
             limit, limited_by = bound - N_CTX_PAD, why
     if limit is not None:

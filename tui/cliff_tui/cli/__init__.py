@@ -1,7 +1,10 @@
 """``cliff-tui`` — the command line. Bare ``cliff-tui`` is ``cliff-tui watch``.
 
 Exit codes: 0 done, 1 a model does not fit (``models --require``), 2 bad input (one line on stderr,
-no traceback), 3 an attached server could not be read (``attach --once``), 130 interrupted.
+no traceback), 3 an attached server could not be read (``attach --once``), 4 the model's process
+was OOM-killed (``run``: confirmed by its memory cgroup or the kernel's log; the record, with the
+cliff, printed first), 5 the model's process died otherwise (killed by a signal the OOM killer is
+not confirmed to have sent, or crashed; the record printed first), 130 interrupted.
 
 The flags are :mod:`.parser`'s (a new subcommand: its parser there and its name in SUBCOMMANDS);
 what each command does is :mod:`.commands`' (its ``cmd_*`` and its entry in COMMANDS); what it reads
@@ -22,6 +25,8 @@ from cliff_tui.text import inert
 EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNREACHABLE = 3
+EXIT_OOM_KILLED = 4
+EXIT_WORKER_DIED = 5
 EXIT_INTERRUPTED = 130
 OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 

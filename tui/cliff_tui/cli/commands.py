@@ -10,7 +10,14 @@ import os
 import sys
 from collections.abc import Callable
 
-from cliff_tui.cli import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_INTERRUPTED, EXIT_UNREACHABLE
+from cliff_tui.cli import (
+    EXIT_BAD_INPUT,
+    EXIT_DOES_NOT_FIT,
+    EXIT_INTERRUPTED,
+    EXIT_OOM_KILLED,
+    EXIT_UNREACHABLE,
+    EXIT_WORKER_DIED,
+)
 from cliff_tui.cli.checks import check_input, check_once, check_served, export_format, kv_types, need_terminal
 from cliff_tui.errors import BadInput
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
@@ -53,8 +60,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     session = _session(args, job, queued=not args.headless)
     if not args.headless:
         return _tui(args, session)
-    if _run_headless(session) == "cancelled" or not session.store.runs.results:
+    if _run_headless(session) == "cancelled":
         return EXIT_INTERRUPTED
+    if not session.store.runs.results:
+        return _killed_run(session, args.output)
     result = session.store.runs.results[-1]
     if args.output == "md":
         print(markdown_table(run_rows([result]), RUN_COLUMNS))
@@ -332,6 +341,25 @@ def _recording_setup(args: argparse.Namespace):
     return RecordingSetup(
         command=sys.argv[1:], record_text=getattr(args, "record_text", False), redact=getattr(args, "redact", False)
     )
+
+
+def _killed_run(session, output: str) -> int:
+    """A run whose process was killed: its record and verdict, then exit 4 (OOM kill confirmed)
+    or 5 (died otherwise)."""
+    from cliff_tui.report.runs import killed_record
+    from cliff_tui.report.tables import dumps
+
+    view = session.store.runs.current
+    if view is None or view.failure is None or view.failure.oom is None:
+        return EXIT_INTERRUPTED if view is None or view.failure is None else EXIT_WORKER_DIED
+    cliff = view.cliff(session.store.signs.throttle)
+    if output == "md":
+        print(f"depth reached: {view.failure.depth:,} of {view.started.settings.depth:,}")
+        print(f"\ncliff: {cliff.level} — {cliff.text}")
+    else:
+        print(dumps([killed_record(view.started, view.failure, cliff)], output))
+    sys.stdout.flush()
+    return EXIT_OOM_KILLED if view.failure.oom.confirmed else EXIT_WORKER_DIED
 
 
 def _exit_code(session) -> int:

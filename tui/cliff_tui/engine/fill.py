@@ -22,18 +22,16 @@ import struct
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Literal
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from cliff_tui.errors import DoesNotFit
-from cliff_tui.records import FillMode
 from cliff_tui.units import fmt_bytes
 
 if TYPE_CHECKING:
     from cliff_tui.engine.llama import Context, LoadedModel
 
-FillChoice = Literal["auto", "real", "synthetic"]
 
 SEQ_MAGIC = 0x67677371  # 'ggsq': LLAMA_STATE_SEQ_MAGIC
 SEQ_VERSION = 3  # LLAMA_STATE_SEQ_VERSION, the only layout read here
@@ -43,19 +41,12 @@ TRANSPOSED_HEADER = struct.Struct("<iII")  # ggml type, element size, embedding 
 CHUNK_BYTES = 4 << 20  # what one write holds in memory: a state of any depth streams to disk
 MAX_ROW_BYTES = 1 << 24
 LEARN_TOKENS = 32  # the rows repeated: few, so that holding them adds no memory a prefill would not
-AUTO_REAL_DEPTH = 8192  # `--fill auto`: a run this deep or shallower prefills for real
 CHUNKED_SWA_ARCHS = {"llama4"}  # a window that restarts every n_swa positions, not a sliding one
 DEEPEST_ROOM = 2  # RAM must have room for the deepest state this many times over for it to be kept
 
 
 class FillUnavailable(Exception):
     """This model or build cannot have its cache filled synthetically; ``str()`` says why."""
-
-
-def choose_fill(choice: FillChoice, depth: int) -> FillMode:
-    if choice == "auto":
-        return "synthetic" if depth > AUTO_REAL_DEPTH else "real"
-    return choice
 
 
 # --- reading a learned state ----------------------------------------------------------------

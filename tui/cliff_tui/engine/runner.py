@@ -30,6 +30,7 @@ from cliff_tui.engine.gguf_meta import read_model_info
 from cliff_tui.engine.llama import Context, LoadedModel, supports_gpu_offload
 from cliff_tui.engine.llama_log import LlamaLog, parse_buffer_line, parse_flash_attn
 from cliff_tui.engine.memory import MemoryTracker
+from cliff_tui.engine.options import MIN_WINDOW_TOKENS, RunOptions
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.tokens import MINIMAL_PROMPT, prompt_tokens
 from cliff_tui.errors import Cancelled, CliffError, DoesNotFit
@@ -64,33 +65,6 @@ from cliff_tui.records import (
 from cliff_tui.units import fmt_bytes
 
 Publish = Callable[[object], None]
-MIN_WINDOW_TOKENS = 3
-
-
-@dataclass
-class RunOptions:
-    run_id: str = ""
-    probes: int = 7
-    probe_tokens: int = 6
-    baseline_tokens: int = 32
-    window_tokens: int = 8
-    # deep on a CPU a token can take seconds: a window (a probe too) then closes after this long
-    # once it holds MIN_WINDOW_TOKENS, so the screen, sign 3 and the steady check keep moving
-    window_seconds: float = 4.0
-    state_in: str | None = None
-    state_out: str | None = None
-    # Decode points measured by earlier runs of the same model and settings (a chained
-    # triangulation): speed at a depth does not depend on n_ctx, and they give the depth trend
-    # the shallow points this run skipped by loading a saved state.
-    prior_points: tuple[DecodePoint, ...] = ()
-    # "synthetic": load KV cells to depth − one ubatch instead of prefilling them (see engine.fill),
-    # then prefill that last ubatch for real; falls back to a real prefill where it cannot
-    fill: FillMode = "real"
-    fill_dir: str | None = None  # where the filled states are written (default: the temp folder)
-    # stop the decode at depth once its windows are steady (analysis.speed.steady), n_gen at most
-    stop_when_steady: bool = False
-    sample_interval: float = 0.25
-    progress_interval: float = 0.25
 
 
 def probe_depths(depth: int, probes: int, measured: int = 0) -> list[int]:

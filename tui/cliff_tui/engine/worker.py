@@ -18,8 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cliff_tui.events import RunFailed
-from cliff_tui.records import RunSettings
+from cliff_tui.analysis.theory import pad_n_ctx
+from cliff_tui.events import RunFailed, RunFinished, RunProgress, RunStarted
+from cliff_tui.probes.oom import OomWatch, raise_oom_score
+from cliff_tui.records import FailureKind, OomKill, RunResult, RunSettings
 
 _CTX = multiprocessing.get_context("spawn")
 _tracker_lock = threading.Lock()
@@ -71,6 +73,7 @@ def _child_main(target: Callable, *args: Any) -> None:
     """Ctrl-C in the terminal reaches the whole process group: the parent owns the cancelling, so
     an interrupted child does not die with a traceback, or read as a run that failed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise_oom_score()  # where memory runs out, the kernel kills the worker, not the monitor beside it
     target(*args)
 
 
@@ -184,6 +187,12 @@ def _ensure_resource_tracker() -> None:
             resource_tracker.ensure_running()
         finally:
             sys.stderr = captured
+        # A worker killed for memory may not have let go of it when the next charge comes (its
+        # threads run on until the kill lands), and the kernel then picks again: the tracker, which
+        # holds nothing a run needs (it starts again when next used), before the monitor.
+        tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+        if tracker is not None:
+            raise_oom_score(pid=tracker)
 
 
 def run_in_worker(
@@ -195,11 +204,24 @@ def run_in_worker(
 ) -> int | None:
     """Start ``target(*args, conn)`` in a fresh process, hand every message it sends to
     ``on_message``, stop it when ``cancel`` is set. Returns its exit code (None if cancelled)."""
+    return run_watched(target, args, on_message, cancel, on_pid)[0]
+
+
+def run_watched(
+    target: Callable,
+    args: tuple,
+    on_message: Callable[[Any], None],
+    cancel: threading.Event,
+    on_pid: Callable[[int | None], None] | None = None,
+) -> tuple[int | None, OomWatch | None]:
+    """:func:`run_in_worker`, with the worker's memory cgroup and resident memory followed as it
+    runs (its :class:`OomWatch`, None where it could not start)."""
     _ensure_resource_tracker()
     parent, child = _CTX.Pipe(duplex=False)
     process = _CTX.Process(target=_child_main, args=(target, *args, child), daemon=True, name="cliff-worker")
     process.start()
     child.close()
+    watch = OomWatch(process.pid) if process.pid is not None else None
     if on_pid:
         on_pid(process.pid)
     try:
@@ -209,7 +231,9 @@ def run_in_worker(
                 process.join(2)
                 if process.is_alive():
                     process.kill()
-                return None
+                return None, watch
+            if watch is not None:
+                watch.poll()
             if parent.poll(POLL_S):
                 try:
                     on_message(parent.recv())
@@ -223,7 +247,7 @@ def run_in_worker(
                         break
                 break
         process.join()
-        return None if cancel.is_set() else process.exitcode
+        return (None if cancel.is_set() else process.exitcode), watch
     finally:
         parent.close()
         if on_pid:
@@ -236,8 +260,66 @@ def run_point(
     publish: Callable[[Any], None],
     cancel: threading.Event,
     on_pid: Callable[[int | None], None] | None = None,
-) -> int | None:
-    return run_in_worker(_run_point_main, (settings, options), publish, cancel, on_pid)
+) -> PointEnd:
+    """One run in a worker; how it ended. Where the worker died before it said (no RunFinished
+    or RunFailed), a RunFailed is published here, naming an OOM kill where one is confirmed."""
+    outcome: list[Any] = []
+    depth: list[int] = []
+    run_id = [options.run_id]
+
+    def relay(event: Any) -> None:
+        if isinstance(event, (RunFinished, RunFailed)):
+            outcome.append(event)
+        elif isinstance(event, RunProgress):
+            depth[:] = [event.depth]
+        elif isinstance(event, RunStarted):
+            run_id[:] = [event.run_id]
+        publish(event)
+
+    code, watch = run_watched(_run_point_main, (settings, options), relay, cancel, on_pid)
+    if code is None:
+        return PointEnd(None, None)
+    if outcome:
+        return PointEnd(outcome[-1], None)
+    reached = depth[0] if depth else None
+    oom = watch.ended(code, reached) if watch is not None else None
+    kind: FailureKind = "does_not_fit" if oom is not None and oom.confirmed else "error"
+    failed = RunFailed(
+        time.time(),
+        run_id[0],
+        kind,
+        died_words(settings.depth, code, oom),
+        n_ctx=_n_ctx(settings),
+        depth=reached if reached is not None else settings.depth,
+        oom=oom,
+    )
+    publish(failed)
+    return PointEnd(failed, oom)
+
+
+@dataclass(frozen=True)
+class PointEnd:
+    """A point's last word (None: cancelled) and, where its worker was killed, what says why."""
+
+    event: RunFinished | RunFailed | None
+    oom: OomKill | None
+
+    @property
+    def result(self) -> RunResult | None:
+        return self.event.result if isinstance(self.event, RunFinished) else None
+
+
+def died_words(depth: int, code: int, oom: OomKill | None) -> str:
+    if oom is not None and oom.confirmed:
+        return f"does not fit at {depth:,}: {oom.words}"
+    if oom is not None:
+        return f"the worker for {depth:,} tokens died: {oom.words}"
+    why = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    return f"the worker for {depth:,} tokens died: {why}"
+
+
+def _n_ctx(settings: RunSettings) -> int:
+    return pad_n_ctx(settings.n_ctx or settings.depth + settings.n_gen)  # engine.runner's context_size
 
 
 def calibrate_deep(

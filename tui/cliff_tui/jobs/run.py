@@ -1,4 +1,9 @@
-"""``cliff-tui run``: one context, a deep prefill and a generation, in this process."""
+"""``cliff-tui run``: one context, a deep prefill and a generation, in a worker process.
+
+The model runs in a worker (:mod:`cliff_tui.engine.worker`), as each point of a triangulation
+does: where memory runs out, the kernel's OOM killer takes the worker (its ``oom_score_adj`` is
+raised), and this process, the screen and the recording outlive it to say so.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,17 @@ import time
 from typing import TYPE_CHECKING
 
 from cliff_tui.engine.settings import resolve_settings
-from cliff_tui.errors import check_readable
-from cliff_tui.events import Notice
+from cliff_tui.errors import BadInput, Cancelled, CliffError, DoesNotFit, check_readable
+from cliff_tui.events import Notice, RunFailed
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.records import RunSettings
 
 if TYPE_CHECKING:
-    from cliff_tui.engine.fill import FillChoice
+    from cliff_tui.engine.options import FillChoice
 
 
 class RunJob:
-    follows_own_process = True
+    follows_own_process = False
 
     def __init__(self, settings: RunSettings, fill: FillChoice = "real") -> None:
         self.settings = settings
@@ -30,8 +35,8 @@ class RunJob:
             check_readable(self.settings.prompt_file, "prompt file")
 
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
-        from cliff_tui.engine.fill import AUTO_REAL_DEPTH, choose_fill
-        from cliff_tui.engine.runner import Run, RunOptions  # llama.cpp loads when a run starts
+        from cliff_tui.engine.options import AUTO_REAL_DEPTH, RunOptions, choose_fill
+        from cliff_tui.engine.worker import run_point  # the model loads in the worker, not here
 
         self.check()
         fill = choose_fill(self.fill, self.settings.depth)
@@ -44,5 +49,20 @@ class RunJob:
                     "real to prefill it all)",
                 )
             )
-        Run(self.settings, publish, cancel=cancel, options=RunOptions(fill=fill)).execute()
+        end = run_point(self.settings, RunOptions(fill=fill), publish, cancel, on_pid=on_worker)
+        if end.event is None:
+            raise Cancelled("cancelled")
+        if isinstance(end.event, RunFailed) and end.oom is None:
+            raise _published(end.event)  # the user's to fix, said once (by the worker)
         return "done"
+
+
+def _published(failed: RunFailed) -> CliffError:
+    kinds: dict[str, type[CliffError]] = {"bad_input": BadInput, "cancelled": Cancelled}
+    error: CliffError = (
+        DoesNotFit(failed.message, failed.n_ctx)
+        if failed.kind == "does_not_fit"
+        else kinds.get(failed.kind, CliffError)(failed.message)
+    )
+    error.published = True
+    return error

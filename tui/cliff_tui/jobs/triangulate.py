@@ -22,18 +22,17 @@ import time
 from collections.abc import Sequence
 
 from cliff_tui.analysis.theory import kv_bytes_per_token, kv_layout
-from cliff_tui.engine.fill import FillChoice, choose_fill
 from cliff_tui.engine.gguf_meta import read_model_info
+from cliff_tui.engine.options import FillChoice, choose_fill
 from cliff_tui.engine.runner import (
     RunOptions,
-    context_size,
     largest_prefill_call,
 )
 from cliff_tui.engine.settings import resolve_settings
 from cliff_tui.engine.tokens import check_rereadable
 from cliff_tui.engine.worker import PrefillProfile, calibrate, calibrate_deep, run_point
 from cliff_tui.errors import BadInput, Cancelled
-from cliff_tui.events import Notice, RunFailed, RunFinished, Sample, TriangulationPlanned
+from cliff_tui.events import Notice, RunFailed, Sample, TriangulationPlanned
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.jobs.triangulation_plan import (
     DEFAULT_DEPTHS,
@@ -303,31 +302,10 @@ class TriangulateJob:
     def _point(
         self, settings: RunSettings, options: RunOptions, publish: Publish, cancel: threading.Event, on_worker: OnWorker
     ) -> RunResult | None:
-        outcome: list[object] = []
-
-        def relay(event: object) -> None:
-            if isinstance(event, (RunFinished, RunFailed)):
-                outcome.append(event)
-            publish(event)
-
-        code = run_point(settings, options, relay, cancel, on_pid=on_worker)
-        if code is None:
+        end = run_point(settings, options, publish, cancel, on_pid=on_worker)
+        if end.event is None:
             raise Cancelled("cancelled")
-        if not outcome:
-            n_ctx = context_size(settings)
-            why = "killed by a signal (out of memory?)" if code and code < 0 else f"exit code {code}"
-            publish(
-                RunFailed(
-                    time.time(),
-                    options.run_id,
-                    "does_not_fit",
-                    f"the worker for {settings.depth:,} tokens died: {why}",
-                    n_ctx=n_ctx,
-                    depth=settings.depth,
-                )
-            )
-            return None
-        return outcome[-1].result if isinstance(outcome[-1], RunFinished) else None
+        return end.result
 
 
 def _room_for_state(model: ModelInfo, k: str, v: str, depth: int, folder: str) -> bool:

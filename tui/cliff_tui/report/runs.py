@@ -7,7 +7,7 @@ from typing import Any
 
 from cliff_tui.analysis.triangulation import memory_point
 from cliff_tui.codec import to_plain
-from cliff_tui.events import RunFailed
+from cliff_tui.events import RunFailed, RunStarted
 from cliff_tui.records import CliffVerdict, RunResult
 from cliff_tui.units import fmt_bytes, fmt_pct, fmt_tok_s
 
@@ -89,7 +89,32 @@ def model_ram_delta(r: RunResult) -> int | None:
 
 
 def failure_record(f: RunFailed) -> dict[str, Any]:
-    return {"run_id": f.run_id, "kind": f.kind, "message": f.message, "n_ctx": f.n_ctx, "depth": f.depth}
+    return {
+        "run_id": f.run_id,
+        "kind": f.kind,
+        "message": f.message,
+        "n_ctx": f.n_ctx,
+        "depth": f.depth,
+        "oom": to_plain(f.oom) if f.oom is not None else None,
+    }
+
+
+def killed_record(started: RunStarted, failed: RunFailed, cliff: CliffVerdict) -> dict[str, Any]:
+    """A run whose process was killed before it finished: what it reached, and the verdict."""
+    s = started.settings
+    return {
+        "run_id": started.run_id,
+        "model": started.model.name,
+        "model_path": s.model_path,
+        "depth": failed.depth,
+        "depth_target": s.depth,
+        "n_gen": s.n_gen,
+        "n_ctx": started.n_ctx,
+        "cache_type_k": s.cache_type_k,
+        "cache_type_v": s.cache_type_v,
+        "cliff": cliff_record(cliff),
+        "killed": failure_record(failed),
+    }
 
 
 def run_rows(results: Sequence[RunResult]) -> list[dict[str, str]]:

@@ -142,7 +142,9 @@ class Store:
         system = ram_trend(self.history.get("ram.used").since(since))
         model = ram_trend(self.history.get("process.rss").since(since)) if s.process is not None else None
         two = sign2(system, self.generating, self.kv_on_gpu, model)
-        return {1: sign1(s, self.machine.baselines), 2: two, 3: three}
+        running = self.runs.running
+        watch = running.watch if running is not None else self.signs.session_watch
+        return {1: sign1(s, self.machine.baselines, watch), 2: two, 3: three}
 
     # --- what combines the kinds, computed where read ---------------------------------------
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cliff_tui.analysis.buffers import by_kind, gpu_index_of, kv_device
-from cliff_tui.analysis.cliff import RunWatch, cliff_verdict, memory_sign
+from cliff_tui.analysis.cliff import RunWatch, cliff_verdict, killed_verdict, memory_sign
 from cliff_tui.analysis.speed import classify_speed
 from cliff_tui.events import (
     BuffersReported,
@@ -120,6 +120,8 @@ class RunView:
         """The run's one verdict: its record's once it finished, else the same rule on what came so far."""
         if self.result is not None and self.result.cliff is not None:
             return self.result.cliff
+        if self.failure is not None and self.failure.oom is not None:
+            return killed_verdict(self.failure.oom, self.watch.evidence())
         return cliff_verdict(self.watch.evidence(), self.verdict(throttle))
 
 
