@@ -36,6 +36,7 @@ from cliff_tui.events import (
     RunStarted,
     Sample,
     ServerReading,
+    ServersFound,
     TargetChosen,
     TriangulationPlanned,
 )
@@ -46,6 +47,7 @@ from cliff_tui.recording.writer import Recorder, RecordingSetup
 from cliff_tui.records import (
     BufferSize,
     DecodePoint,
+    FoundServer,
     GpuDelta,
     GpuProcess,
     GpuReading,
@@ -56,6 +58,7 @@ from cliff_tui.records import (
     RunSettings,
     ServedModel,
     ServerRates,
+    ServerSetting,
     SlotReading,
     SpeedVerdict,
     SwapReading,
@@ -150,6 +153,22 @@ ALL_EVENTS = [
         ServerRates(20.0, None, None, "no request has run since attaching: send one to measure"),
     ),
     MeasuredCapacity(4.1, "model.gguf", "f16", "RAM", 852_992),
+    ServersFound(
+        4.2,
+        (
+            FoundServer(
+                "llama-server",
+                "http://127.0.0.1:9931",
+                "process 42 (llama-server -c 16384) listening on 127.0.0.1:9931",
+                42,
+                settings=(ServerSetting("ctx_size", "16384", "command line (-c)"),),
+                tokens_held=2273,
+                processing=1,
+            ),
+            FoundServer("ollama", "http://127.0.0.1:11434", "default port 11434 answered", unreadable="its process"),
+        ),
+        "http://127.0.0.1:9931",
+    ),
     TargetChosen(4.2, 32_768),
 ]
 

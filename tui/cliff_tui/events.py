@@ -17,6 +17,7 @@ from cliff_tui.records import (
     CpuQuota,
     DecodePhase,
     FailureKind,
+    FoundServer,
     GpuReading,
     ModelInfo,
     NoticeLevel,
@@ -222,6 +223,16 @@ class MeasuredCapacity:
     max_context: int
 
 
+@dataclass(frozen=True)
+class ServersFound:
+    """The llama.cpp-family servers found on this machine when ``attach`` looked, busiest first;
+    ``attached`` is the URL it follows ("" where none)."""
+
+    t: float
+    servers: tuple[FoundServer, ...]
+    attached: str = ""
+
+
 Event = (
     Sample
     | RunStarted
@@ -238,6 +249,7 @@ Event = (
     | Notice
     | ServerReading
     | MeasuredCapacity
+    | ServersFound
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -256,6 +268,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     "notice": Notice,
     "server": ServerReading,
     "measured_capacity": MeasuredCapacity,
+    "servers_found": ServersFound,
 }
 
 EVENT_NAMES: dict[type[Event], str] = {cls: name for name, cls in EVENT_TYPES.items()}

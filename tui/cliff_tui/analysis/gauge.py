@@ -14,7 +14,7 @@ from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.buffers import gpu_reading_of
 from cliff_tui.events import Sample
 
-GaugeSource = Literal["measured", "this run"]
+GaugeSource = Literal["measured", "this run", "context pool"]
 GaugeLevel = Literal["ok", "amber", "red"]
 
 
@@ -62,3 +62,22 @@ def run_gauge(tokens: int, n_ctx: int, kv_bytes: int, room: CliffRoom) -> CliffG
     per_cell = kv_bytes / n_ctx
     more = (room.free_bytes - th.default_reserve(room.capacity_bytes)) / per_cell
     return CliffGauge(tokens, max(0, int(n_ctx + more)), room.tier, "this run")
+
+
+def pool_gauge(
+    held: list[int | None], unified: bool, pool_ctx: int, slot_ctx: int | None, failed: bool = False
+) -> CliffGauge | None:
+    """An attached server's context pool, what runs out first without a triangulation: unified,
+    the cells all slots hold against the one pool; split, the fullest slot against its share.
+    ``failed``: a request failed for lack of cells (red whatever the count says)."""
+    counts = [h for h in held if h is not None]
+    if pool_ctx <= 0 or not counts:
+        return None
+    if unified:
+        tokens, most, tier = sum(counts), pool_ctx, f"the server's unified context pool ({len(held)} slots)"
+    else:
+        share = slot_ctx or pool_ctx // max(len(held), 1)
+        tokens, most, tier = max(counts), share, f"a slot's share of the split context ({share:,} of {pool_ctx:,})"
+    if failed:
+        tokens = max(tokens, most)
+    return CliffGauge(tokens, most, tier, "context pool")

@@ -20,13 +20,22 @@ from dataclasses import dataclass
 
 from cliff_tui.analysis.server_rates import CounterMove, ServerRateMeter
 from cliff_tui.errors import BadInput
-from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, Notice, ServerReading
+from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, Notice, ServerReading, ServersFound
 from cliff_tui.jobs import OnWorker, Outcome, Publish
-from cliff_tui.probes.endpoints.discovery import DEFAULT_URLS, READERS, describe_discovery, is_found
+from cliff_tui.probes.endpoints.discovery import (
+    DEFAULT_URLS,
+    READERS,
+    Found,
+    describe_discovery,
+    describe_found,
+    find_servers,
+    is_found,
+)
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, probe_llama_server, read_model_file
 from cliff_tui.probes.endpoints.ollama import OLLAMA
-from cliff_tui.records import UNKNOWN_MODEL
+from cliff_tui.probes.endpoints.processes import OLLAMA_SERVE
+from cliff_tui.records import UNKNOWN_MODEL, FoundServer
 from cliff_tui.text import inert
 
 MAX_BACKOFF_S = 30.0
@@ -190,7 +199,10 @@ class AttachJob:
 
     # --- the live job -----------------------------------------------------------------------
 
-    def pollers(self) -> list[Poller]:
+    def pollers(self, chosen: FoundServer | None = None) -> list[Poller]:
+        """The endpoints given; else the server found by its process; else the default ports."""
+        if chosen is not None:
+            return [Poller(endpoint_of(chosen), self.interval)]
         if self.discover_defaults:
             return [
                 Poller(Endpoint(s, u), self.interval, quiet=True, ceiling=SEARCH_BACKOFF_S)
@@ -204,16 +216,29 @@ class AttachJob:
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
         if self.measured is not None:
             publish(dataclasses.replace(self.measured, t=time.time()))
-        pollers = self.pollers()
-        announced = not self.discover_defaults
+        chosen = self._find(publish) if self.discover_defaults else None
+        pollers = self.pollers(chosen)
+        announced = not self.discover_defaults or chosen is not None
         while not cancel.is_set():
             polled = self._poll_due(pollers, publish, cancel, announce_found=announced)
             if polled and not announced:
                 announced = self._announce_search(pollers, publish)
-            if polled and self.discover_defaults:
+            if polled and self.discover_defaults and chosen is None:
                 self._publish_not_found(pollers, publish)
             cancel.wait(max(0.0, min(p.due for p in pollers) - time.monotonic()))
         return "cancelled"
+
+    def _find(self, publish: Publish) -> FoundServer | None:
+        """Servers on this machine by their processes (and the default ports): follow the busiest."""
+        found: Found = find_servers(min(self.timeout, DISCOVERY_TIMEOUT_S))
+        chosen = found.chosen
+        t = time.time()
+        if found.servers:
+            publish(ServersFound(t, tuple(found.servers), chosen.url if chosen else ""))
+            publish(Notice(t, describe_found(found), level="info" if chosen else "warning"))
+        if chosen is not None:
+            self.title = f"{chosen.kind} {chosen.url}"
+        return chosen
 
     def _poll_due(
         self, pollers: list[Poller], publish: Publish, cancel: threading.Event, *, announce_found: bool
@@ -288,6 +313,10 @@ class AttachJob:
                 message=message,
             )
         )
+
+
+def endpoint_of(server: FoundServer) -> Endpoint:
+    return Endpoint(OLLAMA if server.kind == OLLAMA_SERVE else LLAMA_SERVER, server.url)
 
 
 def live_window(t: float, rate: LiveRate) -> DecodeWindow:

@@ -11,11 +11,19 @@ from typing import Any
 from cliff_tui.analysis.server_rates import ServerRateMeter
 from cliff_tui.codec import to_plain
 from cliff_tui.events import ServerReading
-from cliff_tui.jobs.attach import DISCOVERY_TIMEOUT_S, AttachJob, Endpoint, LiveDecodeMeter, LiveRate
-from cliff_tui.probes.endpoints.discovery import discover
+from cliff_tui.jobs.attach import (
+    DISCOVERY_TIMEOUT_S,
+    AttachJob,
+    Endpoint,
+    LiveDecodeMeter,
+    LiveRate,
+    endpoint_of,
+)
+from cliff_tui.probes.endpoints.discovery import describe_found, discover, find_servers, found_line
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead
 from cliff_tui.probes.endpoints.ollama import OLLAMA
-from cliff_tui.records import SlotReading
+from cliff_tui.probes.endpoints.server_flags import setting_text
+from cliff_tui.records import FoundServer, SlotReading
 from cliff_tui.report.samples import sample_record
 
 RECORD_KEYS = {LLAMA_SERVER: "llama_server", OLLAMA: "ollama"}
@@ -32,16 +40,18 @@ def attach_once(
     ``ok`` is False when no endpoint answered as it should (the CLI exits 3); following a PID with
     nothing else asked for is fine on its own.
     """
-    first, note = _first_probes(job)
+    found: dict[str, Any] = {}
+    first, note = _first_probes(job, found)
     sample = sampler.sample()
     second = _second_probes(job, first, sleep)
-    record = sample_record(sample)
+    record = sample_record(sample) | found
     if note:
         record["discovery"] = note
+    settings = _attached_settings(found)
     for source, (reading, slots) in first.items():
         later = second.get(source)
         live = _live_rate(slots, later[1]) if later else None
-        record[RECORD_KEYS[source]] = endpoint_record(reading, later[0] if later else None, live)
+        record[RECORD_KEYS[source]] = endpoint_record(reading, later[0] if later else None, live, settings)
     latest = {source: (second.get(source) or probe)[0] for source, probe in first.items()}
     ok, reason = _verdict(job, latest, sample)
     record["ok"] = ok
@@ -50,9 +60,16 @@ def attach_once(
     return record, ok
 
 
-def _first_probes(job: AttachJob) -> tuple[dict[str, Probe], str | None]:
+def _first_probes(job: AttachJob, record: dict[str, Any]) -> tuple[dict[str, Probe], str | None]:
     if not job.discover_defaults:
         return {e.source: e.probe(job.timeout) for e in job.endpoints}, None
+    servers = find_servers(timeout=min(job.timeout, DISCOVERY_TIMEOUT_S))
+    record["servers"] = [found_record(s) for s in servers.servers]
+    chosen = servers.chosen
+    record["attached"] = found_record(chosen) if chosen is not None else None
+    if chosen is not None:
+        endpoint = endpoint_of(chosen)
+        return {endpoint.source: endpoint.probe(job.timeout)}, describe_found(servers)
     found = discover(timeout=min(job.timeout, DISCOVERY_TIMEOUT_S))
     probes = {source: (reading, SlotsRead()) for source, reading in found.readings.items()}
     if found.readings[LLAMA_SERVER].status == "ok":  # again, with /slots' progress for a live rate
@@ -89,8 +106,18 @@ def _verdict(job: AttachJob, latest: dict[str, ServerReading], sample: Any) -> t
     return False, f"no server could be read ({problems})" if problems else "no server to read"
 
 
+def _attached_settings(found: dict[str, Any]) -> dict[str, str]:
+    attached = found.get("attached")
+    if not attached:
+        return {}
+    return {name: s["value"] for name, s in attached["settings"].items()}
+
+
 def endpoint_record(
-    reading: ServerReading, later: ServerReading | None = None, live: LiveRate | None = None
+    reading: ServerReading,
+    later: ServerReading | None = None,
+    live: LiveRate | None = None,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A reading as ``--once --json`` reports it, with decode/prompt tok/s or the reason there are none."""
     latest = later or reading
@@ -103,7 +130,7 @@ def endpoint_record(
     }
     record.update(_rates(reading, later, live))
     if latest.source == LLAMA_SERVER:
-        record.update(_llama_fields(latest))
+        record.update(_llama_fields(latest, settings or {}))
     else:
         record["models"] = [_model_record(m) for m in latest.models]
     record["reasons"] = dict(latest.reasons)
@@ -162,7 +189,7 @@ def _rate_or_average(
     return None, None, NOTHING_GENERATED
 
 
-def _llama_fields(r: ServerReading) -> dict[str, Any]:
+def _llama_fields(r: ServerReading, settings: dict[str, str]) -> dict[str, Any]:
     return {
         "requests_processing": r.requests_processing,
         "tokens_predicted_total": r.tokens_predicted_total,
@@ -170,11 +197,11 @@ def _llama_fields(r: ServerReading) -> dict[str, Any]:
         "prompt_tokens_total": r.prompt_tokens_total,
         "prompt_seconds_total": r.prompt_seconds_total,
         "slots": [_slot_record(s) for s in r.slots],
-        "context_in_effect": context_in_effect(r.slots),
+        "context_in_effect": context_in_effect(r.slots, settings.get("kv_unified")),
     }
 
 
-def context_in_effect(slots: Sequence[SlotReading]) -> dict[str, Any] | None:
+def context_in_effect(slots: Sequence[SlotReading], unified_setting: str | None = None) -> dict[str, Any] | None:
     """The context a request really gets: each slot's own n_ctx. With a unified cache (llama-server's
     default without -np) every slot reports the whole pool; split (-np without --kv-unified), each
     reports its share, n_ctx / slots padded to 256. The server does not say which: the slots prove
@@ -184,15 +211,19 @@ def context_in_effect(slots: Sequence[SlotReading]) -> dict[str, Any] | None:
         return None
     per_slot, n = min(sizes), len(slots)
     held = sum(s.tokens_used or 0 for s in slots)
-    split = n > 1 and held > per_slot
-    if n == 1:
+    split = n > 1 and (held > per_slot or unified_setting == "false")
+    if n > 1 and unified_setting == "true":
+        unified, total = True, per_slot
+        text = f"{n} slots draw on one pool of {per_slot:,} cells (unified KV cache, read from the server's flags)"
+    elif n == 1:
         unified, total = None, per_slot
         text = f"1 slot, up to {per_slot:,} tokens"
     elif split:
         unified, total = False, per_slot * n
-        text = (
-            f"n_ctx {per_slot:,} per slot, {n} slots share {total:,} (split: the slots hold {held:,} "
-            f"tokens together, more than one slot's n_ctx)"
+        text = f"n_ctx {per_slot:,} per slot, {n} slots share {total:,} (split: " + (
+            "read from the server's flags)"
+            if unified_setting == "false"
+            else f"the slots hold {held:,} tokens together, more than one slot's n_ctx)"
         )
     else:
         unified, total = None, None
@@ -228,3 +259,28 @@ def _model_record(model: Any) -> dict[str, Any]:
     if record["in_ram_pct"]:
         record["text"] = f"{record['in_ram_pct']:.0f} % of the model in system RAM"
     return record
+
+
+def found_record(server: FoundServer) -> dict[str, Any]:
+    """A found server as JSON: where, how it was found, its settings by name with their sources."""
+    record = to_plain(server)
+    record["settings"] = {s.name: {"value": s.value, "source": s.source} for s in server.settings}
+    record["text"] = found_line(server)
+    return record
+
+
+def list_servers(timeout: float) -> tuple[dict[str, Any], str]:
+    """``attach --list``: every server found (JSON record, and text: one line each, settings under)."""
+    servers = find_servers(timeout=min(timeout, DISCOVERY_TIMEOUT_S))
+    chosen = servers.chosen
+    record = {
+        "servers": [found_record(s) for s in servers.servers],
+        "attached": chosen.url if chosen is not None else None,
+        "text": describe_found(servers),
+    }
+    lines = [describe_found(servers)]
+    for s in servers.servers:
+        mark = "*" if s is chosen else "-"
+        lines.append(f"{mark} {found_line(s)}")
+        lines.extend(f"    {setting_text(x)}" for x in s.settings)
+    return record, "\n".join(lines)

@@ -34,6 +34,7 @@ from cliff_tui.events import (
     RunStarted,
     Sample,
     ServerReading,
+    ServersFound,
     TargetChosen,
     TriangulationPlanned,
 )
@@ -109,6 +110,8 @@ class Store:
             self.signs.session_watch.kv_on_gpu = servers.kv_on_gpu
         elif isinstance(event, MeasuredCapacity):
             servers.measured_capacity(event)
+        elif isinstance(event, ServersFound):
+            servers.servers_found(event)
         elif isinstance(event, LogLine):
             self.messages.log.append(event)
         elif isinstance(event, Notice):
@@ -206,7 +209,9 @@ class Store:
             return view.gauge(self.runs.triangulations().get(view.started.settings.cache_label))
         m, shown = self.servers.measured, self.servers.shown
         slots = [slot.tokens_used for slot in shown.slots if slot.tokens_used is not None] if shown else []
-        if m is None or not slots:
+        if m is None:
+            return self.servers.pool_gauge()
+        if not slots:
             return None
         from cliff_tui.analysis.gauge import CliffGauge
 

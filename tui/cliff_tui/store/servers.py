@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from typing import TYPE_CHECKING
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, ServerReading
-from cliff_tui.records import DecodePoint
+from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, ServerReading, ServersFound
+from cliff_tui.records import DecodePoint, FoundServer
+
+if TYPE_CHECKING:
+    from cliff_tui.analysis.gauge import CliffGauge
 
 ServerKey = tuple[str, str]  # (source, url)
 POINTS_KEPT = 2000  # decode windows of the attached servers
@@ -20,6 +24,7 @@ class ServersState:
         self.measured: MeasuredCapacity | None = None  # what an attached server's slots are held against
         self.points: deque[DecodePoint] = deque(maxlen=POINTS_KEPT)
         self.last_window: DecodeWindow | None = None
+        self.found: ServersFound | None = None  # what attach found on this machine, and follows
 
     def read(self, e: ServerReading) -> None:
         self.readings[(e.source, e.url)] = e
@@ -30,6 +35,30 @@ class ServersState:
         self.last_window = e
         if e.n_tokens > 0 and e.tok_s > 0:
             self.points.append(DecodePoint(e.depth, 1000.0 / e.tok_s, e.n_tokens, "depth"))
+
+    def servers_found(self, e: ServersFound) -> None:
+        self.found = e
+
+    @property
+    def attached(self) -> FoundServer | None:
+        """The found server attach follows, with its settings."""
+        if self.found is None:
+            return None
+        return next((s for s in self.found.servers if s.url == self.found.attached), None)
+
+    def pool_gauge(self) -> CliffGauge | None:
+        """The attached server's context pool, from its settings and its slots."""
+        server, shown = self.attached, self.shown
+        if server is None or shown is None or shown.url != server.url:
+            return None
+        values = {s.name: s.value for s in server.settings}
+        pool = _int(values.get("pool_ctx"))
+        if pool is None or "kv_unified" not in values:
+            return None
+        held = [slot.tokens_used for slot in shown.slots]
+        from cliff_tui.analysis.gauge import pool_gauge
+
+        return pool_gauge(held, values["kv_unified"] == "true", pool, _int(values.get("slot_ctx")))
 
     def measured_capacity(self, e: MeasuredCapacity) -> None:
         self.measured = e
@@ -70,3 +99,10 @@ class ServersState:
         ref = [dataclasses.replace(p, phase="probe") for p in points[: -th.CONFIRMING_WINDOWS]]
         rate = sum(p.n_tokens for p in recent) / sum(p.n_tokens * p.ms_per_token / 1000 for p in recent)
         return 1000.0 / points[0].ms_per_token, rate, recent[-1].depth, ref + recent
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

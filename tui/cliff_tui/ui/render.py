@@ -16,13 +16,14 @@ from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.cpu_quota import QuotaUse
 from cliff_tui.analysis.signs import SignState
 from cliff_tui.events import Sample
-from cliff_tui.records import GpuReading, ProcessReading
+from cliff_tui.records import FoundServer, GpuReading, ProcessReading
 from cliff_tui.store import Store
 from cliff_tui.text import inert
 from cliff_tui.ui.graph import Graph, line_cells, zoom_range
 from cliff_tui.units import GiB, MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_share, fmt_tok_s
 
 if TYPE_CHECKING:
+    from cliff_tui.analysis.gauge import CliffGauge
     from cliff_tui.ui.widgets import Part
 
 GREEN, AMBER, RED, DIM = Style(color="green"), Style(color="yellow"), Style(color="red"), Style(dim=True)
@@ -437,7 +438,9 @@ def gauge_line(p: Store) -> Parts:
     filled = min(GAUGE_CELLS, round(gauge.fraction * GAUGE_CELLS))
     if gauge.tokens > 0:
         filled = max(filled, 1)
-    source = "measured" if gauge.source == "measured" else "from this run's KV cache"
+    source = {"measured": "measured", "this run": "from this run's KV cache", "context pool": "server flags + /slots"}[
+        gauge.source
+    ]
     return [
         (" cliff ", BOLD),
         ("▕", DIM),
@@ -445,14 +448,22 @@ def gauge_line(p: Store) -> Parts:
         ("░" * (GAUGE_CELLS - filled), DIM),
         ("▏ ", DIM),
         (
-            f"{gauge.tokens:,} tokens: past the cliff at ~{_about(gauge.max_context):,}"
-            if gauge.level == "red"
-            else f"{gauge.tokens:,} of ~{_about(gauge.max_context):,} tokens before the cliff",
+            _gauge_words(gauge),
             style,
         ),
         (f" · {gauge.fraction:.0%}" if gauge.fraction >= 0.01 or not gauge.tokens else " · <1%", style),
         (f"  on {gauge.tier} ({source})", DIM),
     ]
+
+
+def _gauge_words(gauge: CliffGauge) -> str:
+    if gauge.source == "context pool":
+        if gauge.level == "red":
+            return f"{gauge.tokens:,} of {gauge.max_context:,} cells: the context is full, requests fail"
+        return f"{gauge.tokens:,} of {gauge.max_context:,} cells in use"
+    if gauge.level == "red":
+        return f"{gauge.tokens:,} tokens: past the cliff at ~{_about(gauge.max_context):,}"
+    return f"{gauge.tokens:,} of ~{_about(gauge.max_context):,} tokens before the cliff"
 
 
 def _about(n: int) -> int:
@@ -505,12 +516,34 @@ def _cliff_words(r) -> str:
     return f"{cliff.level}: {cliff.text}" if cliff is not None else f"{r.verdict.level}: {r.verdict.text}"
 
 
+SHOWN_SETTINGS = ("ctx_size", "parallel", "kv_unified", "cache_type_k", "cache_type_v", "flash_attn", "n_gpu_layers")
+SHOWN_ALWAYS = ("kv_unified", "cache_ram", "ctx_checkpoints")
+
+
+def _found_parts(found: FoundServer) -> list[str]:
+    """How the attached server was found, and its flags where they were read (source shortened)."""
+    parts = [f"found: {found.how}"]
+    flags = []
+    for x in found.settings:
+        if x.name in SHOWN_ALWAYS or (x.name in SHOWN_SETTINGS and not x.source.startswith("default")):
+            unit = " MiB" if x.name == "cache_ram" else ""
+            flags.append(f"{x.name}={inert(x.value)}{unit} ({x.source.split(' (')[0]})")
+    if flags:
+        parts.append("flags: " + ", ".join(flags))
+    if found.unreadable:
+        parts.append(f"could not read {found.unreadable}")
+    return parts
+
+
 def server_line(p: Store) -> Parts:
     """One line per attached server, joined: status, rates, slots, where Ollama's models live."""
     parts, warn = [], False
     for s in p.servers.readings.values():
         warn = warn or s.status != "ok"
         parts.append(f"{s.source} {s.url} " + (s.status if s.status == "ok" else f"{s.status}: {s.message}"))
+        found = p.servers.attached
+        if found is not None and found.url == s.url:
+            parts.extend(_found_parts(found))
         if s.rates is not None and s.status == "ok" and s.source != "ollama":
             r = s.rates
             parts.append(f"decode {fmt_tok_s(r.decode_tok_s)} tok/s · prompt {fmt_tok_s(r.prompt_tok_s)} tok/s")
