@@ -209,6 +209,8 @@ class ServerReading:
     models: tuple[ServedModel, ...] = ()
     reasons: dict[str, str] = field(default_factory=dict)
     rates: ServerRates | None = None  # from its counters' moves up to this reading (None: not measured)
+    context_failures: int | None = None  # requests its log says failed for lack of cells (None: unread)
+    log: str = ""  # where its log is read, or why it is not
 
 
 @dataclass(frozen=True)

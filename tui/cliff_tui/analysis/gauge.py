@@ -24,6 +24,9 @@ class CliffGauge:
     max_context: int  # the largest context before the cliff
     tier: str
     source: GaugeSource
+    failing: bool = False  # requests fail for lack of cells now (a context pool only)
+    seconds_to_full: float | None = None  # at the current growth (a context pool only)
+    note: str = ""  # what the count leaves out
 
     @property
     def fraction(self) -> float:
@@ -31,8 +34,8 @@ class CliffGauge:
 
     @property
     def level(self) -> GaugeLevel:
-        """Red past the cliff line (into the reserve), amber as it nears it."""
-        if self.fraction >= 1.0:
+        """Red past the cliff line (into the reserve) or while requests fail, amber as it nears it."""
+        if self.fraction >= 1.0 or self.failing:
             return "red"
         return "amber" if self.fraction >= th.GAUGE_AMBER else "ok"
 
@@ -65,19 +68,30 @@ def run_gauge(tokens: int, n_ctx: int, kv_bytes: int, room: CliffRoom) -> CliffG
 
 
 def pool_gauge(
-    held: list[int | None], unified: bool, pool_ctx: int, slot_ctx: int | None, failed: bool = False
+    held: list[int | None],
+    unified: bool,
+    pool_ctx: int,
+    slot_ctx: int | None,
+    *,
+    failing: bool = False,
+    growth_per_s: float | None = None,
 ) -> CliffGauge | None:
     """An attached server's context pool, what runs out first without a triangulation: unified,
     the cells all slots hold against the one pool; split, the fullest slot against its share.
-    ``failed``: a request failed for lack of cells (red whatever the count says)."""
+    ``failing``: requests fail for lack of cells now (red whatever the count says)."""
     counts = [h for h in held if h is not None]
-    if pool_ctx <= 0 or not counts:
+    if pool_ctx <= 0 or not held:
         return None
+    unknown = len(held) - len(counts)
+    note = (
+        f"{unknown} idle slot{'s' if unknown > 1 else ''}' kept cells unknown (/slots does not say)" if unknown else ""
+    )
     if unified:
-        tokens, most, tier = sum(counts), pool_ctx, f"the server's unified context pool ({len(held)} slots)"
+        tokens, most = sum(counts), pool_ctx
+        tier = f"one context pool of {pool_ctx:,} cells shared by {len(held)} slots (unified KV)"
     else:
-        share = slot_ctx or pool_ctx // max(len(held), 1)
-        tokens, most, tier = max(counts), share, f"a slot's share of the split context ({share:,} of {pool_ctx:,})"
-    if failed:
-        tokens = max(tokens, most)
-    return CliffGauge(tokens, most, tier, "context pool")
+        most = slot_ctx or pool_ctx // max(len(held), 1)
+        tokens = max(counts, default=0)
+        tier = f"the fullest slot's share ({most:,} of {pool_ctx:,} cells, split KV)"
+    to_full = (most - tokens) / growth_per_s if growth_per_s and growth_per_s > 0 and tokens < most else None
+    return CliffGauge(tokens, most, tier, "context pool", failing, to_full, note)

@@ -35,6 +35,7 @@ from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, probe_llama_server, read_model_file
 from cliff_tui.probes.endpoints.ollama import OLLAMA
 from cliff_tui.probes.endpoints.processes import OLLAMA_SERVE
+from cliff_tui.probes.endpoints.server_log import ServerLog
 from cliff_tui.records import UNKNOWN_MODEL, FoundServer
 from cliff_tui.text import inert
 
@@ -110,9 +111,16 @@ class Poller:
     """
 
     def __init__(
-        self, endpoint: Endpoint, interval: float, *, quiet: bool = False, ceiling: float = MAX_BACKOFF_S
+        self,
+        endpoint: Endpoint,
+        interval: float,
+        *,
+        quiet: bool = False,
+        ceiling: float = MAX_BACKOFF_S,
+        log: ServerLog | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.log = log
         self.interval = interval
         self.ceiling = ceiling
         self.found = not quiet
@@ -140,6 +148,9 @@ class Poller:
             reading = dataclasses.replace(reading, message=f"{reading.message}; retrying in {delay:.0f} s")
         rates, self._moved = self._counters.update(reading)
         reading = dataclasses.replace(reading, rates=rates)
+        if self.log is not None:
+            logged = self.log.read()
+            reading = dataclasses.replace(reading, context_failures=logged.failures, log=logged.note)
         self.due = time.monotonic() + delay
         self.last = reading
         self.found = self.found or is_found(reading)
@@ -202,7 +213,8 @@ class AttachJob:
     def pollers(self, chosen: FoundServer | None = None) -> list[Poller]:
         """The endpoints given; else the server found by its process; else the default ports."""
         if chosen is not None:
-            return [Poller(endpoint_of(chosen), self.interval)]
+            log = ServerLog(chosen.pid) if chosen.pid is not None else None
+            return [Poller(endpoint_of(chosen), self.interval, log=log)]
         if self.discover_defaults:
             return [
                 Poller(Endpoint(s, u), self.interval, quiet=True, ceiling=SEARCH_BACKOFF_S)

@@ -8,7 +8,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cliff_tui.analysis.gauge import pool_gauge
 from cliff_tui.analysis.server_rates import ServerRateMeter
+from cliff_tui.analysis.thresholds import POOL_FAILURE_HOLD_S
 from cliff_tui.codec import to_plain
 from cliff_tui.events import ServerReading
 from cliff_tui.jobs.attach import (
@@ -23,6 +25,7 @@ from cliff_tui.probes.endpoints.discovery import describe_found, discover, find_
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead
 from cliff_tui.probes.endpoints.ollama import OLLAMA
 from cliff_tui.probes.endpoints.server_flags import setting_text
+from cliff_tui.probes.endpoints.server_log import recent_failures
 from cliff_tui.records import FoundServer, SlotReading
 from cliff_tui.report.samples import sample_record
 
@@ -53,6 +56,8 @@ def attach_once(
         live = _live_rate(slots, later[1]) if later else None
         record[RECORD_KEYS[source]] = endpoint_record(reading, later[0] if later else None, live, settings)
     latest = {source: (second.get(source) or probe)[0] for source, probe in first.items()}
+    if LLAMA_SERVER in latest and found.get("attached"):
+        record["pool"] = pool_record(latest[LLAMA_SERVER], found["attached"])
     ok, reason = _verdict(job, latest, sample)
     record["ok"] = ok
     if reason:
@@ -284,3 +289,35 @@ def list_servers(timeout: float) -> tuple[dict[str, Any], str]:
         lines.append(f"{mark} {found_line(s)}")
         lines.extend(f"    {setting_text(x)}" for x in s.settings)
     return record, "\n".join(lines)
+
+
+def pool_record(reading: ServerReading, attached: dict[str, Any]) -> dict[str, Any] | None:
+    """The context pool gauge of one reading: cells in use against what runs out first, red where
+    the server's log (written within the last minute) says requests failed for lack of cells."""
+    settings = {name: s["value"] for name, s in attached["settings"].items()}
+    pool, unified = settings.get("pool_ctx"), settings.get("kv_unified")
+    if pool is None or unified is None:
+        return None
+    logged = recent_failures(attached["pid"], POOL_FAILURE_HOLD_S, time.time()) if attached.get("pid") else None
+    slot_ctx = settings.get("slot_ctx")
+    gauge = pool_gauge(
+        [s.tokens_used for s in reading.slots],
+        unified == "true",
+        int(pool),
+        int(slot_ctx) if slot_ctx else None,
+        failing=bool(logged and logged.failures),
+    )
+    if gauge is None:
+        return None
+    return {
+        "tokens": gauge.tokens,
+        "max_context": gauge.max_context,
+        "fraction": round(gauge.fraction, 4),
+        "level": gauge.level,
+        "unified": unified == "true",
+        "what": gauge.tier,
+        "failing": gauge.failing,
+        "context_failures_in_log": logged.failures if logged else None,
+        "log": logged.note if logged else "no process to read a log from",
+        "note": gauge.note,
+    }

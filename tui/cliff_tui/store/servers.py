@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 ServerKey = tuple[str, str]  # (source, url)
 POINTS_KEPT = 2000  # decode windows of the attached servers
+POOL_POINTS_KEPT = 600  # the attached server's cells in use, one per reading
 
 
 class ServersState:
@@ -25,9 +26,17 @@ class ServersState:
         self.points: deque[DecodePoint] = deque(maxlen=POINTS_KEPT)
         self.last_window: DecodeWindow | None = None
         self.found: ServersFound | None = None  # what attach found on this machine, and follows
+        self.last_failure_t: float | None = None  # when the attached server's log last said a request failed
+        self.pool_points: deque[tuple[float, int]] = deque(maxlen=POOL_POINTS_KEPT)
 
     def read(self, e: ServerReading) -> None:
+        before = self.readings.get((e.source, e.url))
         self.readings[(e.source, e.url)] = e
+        if e.context_failures and (before is None or (before.context_failures or 0) < e.context_failures):
+            self.last_failure_t = e.t
+        held = [slot.tokens_used for slot in e.slots if slot.tokens_used is not None]
+        if held and self.attached is not None and self.attached.url == e.url:
+            self.pool_points.append((e.t, sum(held)))
 
     def decoded(self, e: DecodeWindow) -> None:
         if e.run_id != ATTACH_RUN_ID:
@@ -58,7 +67,22 @@ class ServersState:
         held = [slot.tokens_used for slot in shown.slots]
         from cliff_tui.analysis.gauge import pool_gauge
 
-        return pool_gauge(held, values["kv_unified"] == "true", pool, _int(values.get("slot_ctx")))
+        failing = self.last_failure_t is not None and shown.t - self.last_failure_t <= th.POOL_FAILURE_HOLD_S
+        return pool_gauge(
+            held,
+            values["kv_unified"] == "true",
+            pool,
+            _int(values.get("slot_ctx")),
+            failing=failing,
+            growth_per_s=self._pool_growth(shown.t),
+        )
+
+    def _pool_growth(self, now: float) -> float | None:
+        """Cells per second the pool gained over the recent window (first to last point)."""
+        points = [p for p in self.pool_points if now - p[0] <= th.POOL_GROWTH_WINDOW_S]
+        if len(points) < 2 or points[-1][0] - points[0][0] <= 0:
+            return None
+        return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
 
     def measured_capacity(self, e: MeasuredCapacity) -> None:
         self.measured = e

@@ -438,6 +438,8 @@ def gauge_line(p: Store) -> Parts:
     filled = min(GAUGE_CELLS, round(gauge.fraction * GAUGE_CELLS))
     if gauge.tokens > 0:
         filled = max(filled, 1)
+    if gauge.failing:
+        filled = GAUGE_CELLS
     source = {"measured": "measured", "this run": "from this run's KV cache", "context pool": "server flags + /slots"}[
         gauge.source
     ]
@@ -458,9 +460,14 @@ def gauge_line(p: Store) -> Parts:
 
 def _gauge_words(gauge: CliffGauge) -> str:
     if gauge.source == "context pool":
-        if gauge.level == "red":
-            return f"{gauge.tokens:,} of {gauge.max_context:,} cells: the context is full, requests fail"
-        return f"{gauge.tokens:,} of {gauge.max_context:,} cells in use"
+        text = f"{gauge.tokens:,} of {gauge.max_context:,} cells in use"
+        if gauge.failing:
+            text += ": requests fail, no free cells (Context size has been exceeded)"
+        elif gauge.level == "red":
+            text += ": the context is full"
+        if gauge.seconds_to_full is not None and not gauge.failing:
+            text += f", full in ~{fmt_duration(gauge.seconds_to_full)} at this growth"
+        return text + (f" ({gauge.note})" if gauge.note else "")
     if gauge.level == "red":
         return f"{gauge.tokens:,} tokens: past the cliff at ~{_about(gauge.max_context):,}"
     return f"{gauge.tokens:,} of ~{_about(gauge.max_context):,} tokens before the cliff"
