@@ -77,23 +77,7 @@ def one_turn(url: str, chats: list[list[dict]], text: list[str]) -> list[tuple[i
 @pytest.mark.slow
 def test_the_pool_runs_out_amber_before_the_first_failure_red_at_it(tmp_path, monkeypatch):
     with started_llama_server(tmp_path, "-np", "4", "--kv-unified", "--metrics", ctx=str(POOL)) as server:
-        real_find = discovery.find_servers
-
-        def only_ours(*args, **kwargs):  # other servers may run on this machine: follow the test's
-            found = real_find(*args, **kwargs)
-            return discovery.Found([s for s in found.servers if s.pid == server.proc.pid])
-
-        monkeypatch.setattr("cliff_tui.jobs.attach.find_servers", only_ours)
-        monkeypatch.setattr("cliff_tui.jobs.attach_once.find_servers", only_ours)
-        events, lock, cancel = [], threading.Lock(), threading.Event()
-
-        def publish(event) -> None:
-            with lock:
-                events.append(event)
-
-        job = AttachJob.from_args(None, None, interval=0.2, timeout=2.0)
-        watcher = threading.Thread(target=job.run, args=(publish, cancel, lambda *a: None), daemon=True)
-        watcher.start()
+        events, lock, cancel, watcher = attach_in_background(monkeypatch, server.proc.pid)
         try:
             seen = run_until_failure(server.url, events, lock)
         finally:
@@ -143,3 +127,59 @@ def store_after_a_poll(events: list, lock: threading.Lock) -> Store:
         for event in list(events):
             store.feed(event)
     return store
+
+
+def attach_in_background(monkeypatch, pid: int):
+    """A live attach without a URL, following the test's server (others may run on this machine)."""
+    real_find = discovery.find_servers
+
+    def only_ours(*args, **kwargs):
+        return discovery.Found([s for s in real_find(*args, **kwargs).servers if s.pid == pid])
+
+    monkeypatch.setattr("cliff_tui.jobs.attach.find_servers", only_ours)
+    monkeypatch.setattr("cliff_tui.jobs.attach_once.find_servers", only_ours)
+    events, lock, cancel = [], threading.Lock(), threading.Event()
+
+    def publish(event) -> None:
+        with lock:
+            events.append(event)
+
+    job = AttachJob.from_args(None, None, interval=0.2, timeout=2.0)
+    watcher = threading.Thread(target=job.run, args=(publish, cancel, lambda *a: None), daemon=True)
+    watcher.start()
+    return events, lock, cancel, watcher
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_long_chat_s_host_memory_is_explained(tmp_path, monkeypatch):
+    from cliff_tui.analysis.theory import KvSettings, kv_total_bytes
+    from cliff_tui.engine.gguf_meta import read_model_info
+    from cliff_tui.ui.render import server_line
+    from cliff_tui.units import MiB
+
+    with started_llama_server(tmp_path, "-np", "4", "--cache-ram", "256", "--metrics", ctx="4096") as server:
+        events, lock, cancel, watcher = attach_in_background(monkeypatch, server.proc.pid)
+        try:
+            chats = [[{"role": "system", "content": "Summarise each part in one line."}] for _ in range(4)]
+            turns = document_turns()
+            for turn in range(8):
+                answers = one_turn(server.url, chats, [turns[(turn * 4 + i) % len(turns)] for i in range(4)])
+                assert all(code == 200 for code, _ in answers), answers
+            store = store_after_a_poll(events, lock)
+            record, _ = attach_once(AttachJob.from_args(None, None, 0.2, 2.0), Sampler(), sleep=time.sleep)
+        finally:
+            cancel.set()
+            watcher.join(10)
+        split = store.server_memory()
+        model = read_model_info(record["attached"]["settings"]["model"]["value"])
+        kv = kv_total_bytes(model, KvSettings(n_ctx=4096, n_seq=4, kv_unified=False))
+    assert split is not None and split.kv_cache == kv and kv > 0
+    assert split.model is not None and 0 < split.model <= split.rss and split.model <= model.size_bytes
+    assert split.growth > 0 and split.growth < 256 * MiB and split.saved_tokens and split.saved_tokens > 0
+    assert split.cache_ram == 256 * MiB
+    line = "".join(text for text, _ in server_line(store))
+    assert "prompt cache + checkpoints grew" in line and "--cache-ram 256 MiB" in line
+    assert f"listening on 127.0.0.1:{server.port}" in line and "cache_ram=256 MiB (command line)" in line
+    memory = record["memory"]
+    assert memory["kv_cache"] == kv and memory["model"] > 0 and "RSS" in memory["text"]

@@ -35,6 +35,7 @@ from cliff_tui.events import (
     RunProgress,
     RunStarted,
     Sample,
+    ServerMemory,
     ServerReading,
     ServersFound,
     TargetChosen,
@@ -168,6 +169,9 @@ ALL_EVENTS = [
             FoundServer("ollama", "http://127.0.0.1:11434", "default port 11434 answered", unreadable="its process"),
         ),
         "http://127.0.0.1:9931",
+    ),
+    ServerMemory(
+        4.3, "http://127.0.0.1:9931", 42, 180_000_000, 70_000_000, 110_000_000, 0, 96_000_000, 47_185_920, 23_040.0
     ),
     TargetChosen(4.2, 32_768),
 ]

@@ -235,6 +235,24 @@ class ServersFound:
     attached: str = ""
 
 
+@dataclass(frozen=True)
+class ServerMemory:
+    """A local server's resident memory at ``t``, split by kind, with the KV cache its model and
+    flags size (the theory ``fit`` uses) and the ``--cache-ram`` limit on its prompt cache."""
+
+    t: float
+    url: str
+    pid: int
+    rss_bytes: int
+    anon_bytes: int
+    file_bytes: int
+    shmem_bytes: int
+    model_mapped_bytes: int | None = None  # resident pages of the model file
+    kv_cache_bytes: int | None = None
+    kv_bytes_per_cell: float | None = None
+    cache_ram_bytes: int | None = None  # None: no limit (-1) or unknown
+
+
 Event = (
     Sample
     | RunStarted
@@ -252,6 +270,7 @@ Event = (
     | ServerReading
     | MeasuredCapacity
     | ServersFound
+    | ServerMemory
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -271,6 +290,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     "server": ServerReading,
     "measured_capacity": MeasuredCapacity,
     "servers_found": ServersFound,
+    "server_memory": ServerMemory,
 }
 
 EVENT_NAMES: dict[type[Event], str] = {cls: name for name, cls in EVENT_TYPES.items()}

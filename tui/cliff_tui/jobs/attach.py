@@ -22,6 +22,7 @@ from cliff_tui.analysis.server_rates import CounterMove, ServerRateMeter
 from cliff_tui.errors import BadInput
 from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, Notice, ServerReading, ServersFound
 from cliff_tui.jobs import OnWorker, Outcome, Publish
+from cliff_tui.jobs.server_memory import MemoryProbe
 from cliff_tui.probes.endpoints.discovery import (
     DEFAULT_URLS,
     READERS,
@@ -118,9 +119,11 @@ class Poller:
         quiet: bool = False,
         ceiling: float = MAX_BACKOFF_S,
         log: ServerLog | None = None,
+        memory: MemoryProbe | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.log = log
+        self.memory = memory
         self.interval = interval
         self.ceiling = ceiling
         self.found = not quiet
@@ -213,8 +216,10 @@ class AttachJob:
     def pollers(self, chosen: FoundServer | None = None) -> list[Poller]:
         """The endpoints given; else the server found by its process; else the default ports."""
         if chosen is not None:
-            log = ServerLog(chosen.pid) if chosen.pid is not None else None
-            return [Poller(endpoint_of(chosen), self.interval, log=log)]
+            local = chosen.pid is not None and chosen.kind != OLLAMA_SERVE
+            log = ServerLog(chosen.pid) if local and chosen.pid is not None else None
+            memory = MemoryProbe(chosen) if local else None
+            return [Poller(endpoint_of(chosen), self.interval, log=log, memory=memory)]
         if self.discover_defaults:
             return [
                 Poller(Endpoint(s, u), self.interval, quiet=True, ceiling=SEARCH_BACKOFF_S)
@@ -269,6 +274,9 @@ class AttachJob:
             if announce_found and not was_found:
                 publish(Notice(reading.t, f"found {reading.source} at {reading.url}"))
             publish(reading)
+            memory = poller.memory.read() if poller.memory is not None else None
+            if memory is not None:
+                publish(memory)
             for window in poller.windows(reading):
                 publish(window)
             if self.measured is not None and poller.endpoint.source == LLAMA_SERVER:

@@ -9,10 +9,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cliff_tui.analysis.gauge import pool_gauge
+from cliff_tui.analysis.server_memory import memory_split
 from cliff_tui.analysis.server_rates import ServerRateMeter
 from cliff_tui.analysis.thresholds import POOL_FAILURE_HOLD_S
 from cliff_tui.codec import to_plain
-from cliff_tui.events import ServerReading
+from cliff_tui.events import ServerMemory, ServerReading
 from cliff_tui.jobs.attach import (
     DISCOVERY_TIMEOUT_S,
     AttachJob,
@@ -21,6 +22,7 @@ from cliff_tui.jobs.attach import (
     LiveRate,
     endpoint_of,
 )
+from cliff_tui.jobs.server_memory import MemoryProbe
 from cliff_tui.probes.endpoints.discovery import describe_found, discover, find_servers, found_line
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead
 from cliff_tui.probes.endpoints.ollama import OLLAMA
@@ -45,9 +47,15 @@ def attach_once(
     """
     found: dict[str, Any] = {}
     first, note = _first_probes(job, found)
+    chosen = found.pop("_chosen", None)
+    memory = MemoryProbe(chosen) if chosen is not None and chosen.pid is not None else None
+    before = memory.read() if memory is not None else None
     sample = sampler.sample()
     second = _second_probes(job, first, sleep)
+    after = memory.read() if memory is not None else None
     record = sample_record(sample) | found
+    if memory is not None:
+        record["memory"] = memory_record([m for m in (before, after) if m is not None], sample, memory.problem)
     if note:
         record["discovery"] = note
     settings = _attached_settings(found)
@@ -72,6 +80,7 @@ def _first_probes(job: AttachJob, record: dict[str, Any]) -> tuple[dict[str, Pro
     record["servers"] = [found_record(s) for s in servers.servers]
     chosen = servers.chosen
     record["attached"] = found_record(chosen) if chosen is not None else None
+    record["_chosen"] = chosen
     if chosen is not None:
         endpoint = endpoint_of(chosen)
         return {endpoint.source: endpoint.probe(job.timeout)}, describe_found(servers)
@@ -321,3 +330,11 @@ def pool_record(reading: ServerReading, attached: dict[str, Any]) -> dict[str, A
         "log": logged.note if logged else "no process to read a log from",
         "note": gauge.note,
     }
+
+
+def memory_record(readings: list[ServerMemory], sample: Any, problem: str) -> dict[str, Any] | None:
+    """The attached server's memory split (two readings ``interval`` apart give the growth rate)."""
+    split = memory_split(readings, sample.ram_room_bytes)
+    if split is None:
+        return {"reason": problem or "not read"}
+    return to_plain(split) | {"text": split.text()}

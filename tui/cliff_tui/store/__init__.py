@@ -33,6 +33,7 @@ from cliff_tui.events import (
     RunProgress,
     RunStarted,
     Sample,
+    ServerMemory,
     ServerReading,
     ServersFound,
     TargetChosen,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from cliff_tui.analysis.gauge import CliffGauge
+    from cliff_tui.analysis.server_memory import MemorySplit
 
 SAYS_NOTHING_OF_THE_SIGNS = (LogLine, Notice, GeneratedText, Alert)
 
@@ -112,6 +114,8 @@ class Store:
             servers.measured_capacity(event)
         elif isinstance(event, ServersFound):
             servers.servers_found(event)
+        elif isinstance(event, ServerMemory):
+            servers.remembered(event)
         elif isinstance(event, LogLine):
             self.messages.log.append(event)
         elif isinstance(event, Notice):
@@ -216,6 +220,15 @@ class Store:
         from cliff_tui.analysis.gauge import CliffGauge
 
         return CliffGauge(max(slots), m.max_context, f"{m.tier}, {m.model} {m.kv_type}", "measured")
+
+    def server_memory(self) -> MemorySplit | None:
+        """The attached server's memory explained, its growth against what RAM has left."""
+        if not self.servers.memory:
+            return None
+        from cliff_tui.analysis.server_memory import memory_split
+
+        s = self.machine.latest
+        return memory_split(list(self.servers.memory), s.ram_room_bytes if s is not None else None)
 
     # --- rebuilding -------------------------------------------------------------------------
 

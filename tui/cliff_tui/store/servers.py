@@ -8,7 +8,14 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, ServerReading, ServersFound
+from cliff_tui.events import (
+    ATTACH_RUN_ID,
+    DecodeWindow,
+    MeasuredCapacity,
+    ServerMemory,
+    ServerReading,
+    ServersFound,
+)
 from cliff_tui.records import DecodePoint, FoundServer
 
 if TYPE_CHECKING:
@@ -28,6 +35,7 @@ class ServersState:
         self.found: ServersFound | None = None  # what attach found on this machine, and follows
         self.last_failure_t: float | None = None  # when the attached server's log last said a request failed
         self.pool_points: deque[tuple[float, int]] = deque(maxlen=POOL_POINTS_KEPT)
+        self.memory: deque[ServerMemory] = deque(maxlen=POOL_POINTS_KEPT)  # the attached server's
 
     def read(self, e: ServerReading) -> None:
         before = self.readings.get((e.source, e.url))
@@ -44,6 +52,11 @@ class ServersState:
         self.last_window = e
         if e.n_tokens > 0 and e.tok_s > 0:
             self.points.append(DecodePoint(e.depth, 1000.0 / e.tok_s, e.n_tokens, "depth"))
+
+    def remembered(self, e: ServerMemory) -> None:
+        if self.memory and self.memory[-1].pid != e.pid:
+            self.memory.clear()  # another process: its growth starts again
+        self.memory.append(e)
 
     def servers_found(self, e: ServersFound) -> None:
         self.found = e

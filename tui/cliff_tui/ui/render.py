@@ -551,6 +551,9 @@ def server_line(p: Store) -> Parts:
         found = p.servers.attached
         if found is not None and found.url == s.url:
             parts.extend(_found_parts(found))
+            split = p.server_memory()
+            if split is not None:
+                parts.append("memory: " + split.text())
         if s.rates is not None and s.status == "ok" and s.source != "ollama":
             r = s.rates
             parts.append(f"decode {fmt_tok_s(r.decode_tok_s)} tok/s · prompt {fmt_tok_s(r.prompt_tok_s)} tok/s")
