@@ -213,19 +213,22 @@ class AttachJob:
 
     # --- the live job -----------------------------------------------------------------------
 
-    def pollers(self, chosen: FoundServer | None = None) -> list[Poller]:
-        """The endpoints given; else the server found by its process; else the default ports."""
+    def pollers(self, chosen: FoundServer | None = None, local: dict[str, FoundServer] | None = None) -> list[Poller]:
+        """The endpoints given; else the server found by its process; else the default ports. A
+        server whose process is on this machine also gets its log and memory read."""
         if chosen is not None:
-            local = chosen.pid is not None and chosen.kind != OLLAMA_SERVE
-            log = ServerLog(chosen.pid) if local and chosen.pid is not None else None
-            memory = MemoryProbe(chosen) if local else None
-            return [Poller(endpoint_of(chosen), self.interval, log=log, memory=memory)]
+            return [self._poller(endpoint_of(chosen), chosen)]
         if self.discover_defaults:
             return [
                 Poller(Endpoint(s, u), self.interval, quiet=True, ceiling=SEARCH_BACKOFF_S)
                 for s, u in DEFAULT_URLS.items()
             ]
-        return [Poller(e, self.interval) for e in self.endpoints]
+        return [self._poller(e, (local or {}).get(e.url)) for e in self.endpoints]
+
+    def _poller(self, endpoint: Endpoint, server: FoundServer | None) -> Poller:
+        if server is None or server.pid is None or server.kind == OLLAMA_SERVE:
+            return Poller(endpoint, self.interval)
+        return Poller(endpoint, self.interval, log=ServerLog(server.pid), memory=MemoryProbe(server))
 
     def check(self) -> None:
         """Nothing to refuse: the endpoints were parsed when the job was made."""
@@ -234,7 +237,8 @@ class AttachJob:
         if self.measured is not None:
             publish(dataclasses.replace(self.measured, t=time.time()))
         chosen = self._find(publish) if self.discover_defaults else None
-        pollers = self.pollers(chosen)
+        local = {} if self.discover_defaults else self._local(publish)
+        pollers = self.pollers(chosen, local)
         announced = not self.discover_defaults or chosen is not None
         while not cancel.is_set():
             polled = self._poll_due(pollers, publish, cancel, announce_found=announced)
@@ -256,6 +260,18 @@ class AttachJob:
         if chosen is not None:
             self.title = f"{chosen.kind} {chosen.url}"
         return chosen
+
+    def _local(self, publish: Publish) -> dict[str, FoundServer]:
+        """The given llama-server URLs that a process on this machine serves: URL → that server."""
+        urls = [e.url for e in self.endpoints if e.source == LLAMA_SERVER]
+        if not urls:
+            return {}
+        found = find_servers(min(self.timeout, DISCOVERY_TIMEOUT_S), ports=())
+        local = {s.url: s for s in found.servers if s.url in urls and s.pid is not None}
+        if local:
+            first = next(iter(local.values()))
+            publish(ServersFound(time.time(), tuple(local.values()), first.url))
+        return local
 
     def _poll_due(
         self, pollers: list[Poller], publish: Publish, cancel: threading.Event, *, announce_found: bool
