@@ -162,9 +162,19 @@ def _read_api(server: FoundServer, timeout: float, argv: tuple[str, ...] = ()) -
         return dataclasses.replace(server, status="unreachable", message=reply.error or "no answer")
     body = reply.json()
     ok = reply.status == 200 and isinstance(body, dict) and isinstance(body.get("data"), list)
-    models = ", ".join(str(m.get("id")) for m in body["data"] if isinstance(m, dict)) if ok else ""
+    models = ", ".join(_model_words(m) for m in body["data"] if isinstance(m, dict) and _loaded(m)) if ok else ""
     message = f"{path}: {models or 'no model loaded'}" if ok else f"{path} gave HTTP {reply.status}"
     return dataclasses.replace(server, status="listed" if ok else "not-llama", message=message)
+
+
+def _loaded(model: dict) -> bool:
+    """LM Studio lists every downloaded model with its state; an OpenAI-style list, only loaded ones."""
+    return model.get("state", "loaded") == "loaded"
+
+
+def _model_words(model: dict) -> str:
+    context = model.get("loaded_context_length") or model.get("max_context_length")
+    return inert(str(model.get("id"))) + (f" (context {context:,})" if isinstance(context, int) else "")
 
 
 def _read_llama(server: FoundServer, timeout: float, argv: tuple[str, ...]) -> FoundServer:

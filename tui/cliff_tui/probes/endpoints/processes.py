@@ -113,10 +113,15 @@ def _describe(proc: psutil.Process, kind: str, argv: tuple[str, ...]) -> ServerP
         settings = tuple(read_flag(argv, env, f) for f in PY_FLAGS)
     else:
         settings = ()
-    guessed = not ports and bool(unreadable)
+    guessed = not ports and (bool(unreadable) or _port_given(settings))
     if guessed:
         ports = _port_from_settings(settings)
     return ServerProcess(kind, proc.pid, argv, ports, settings, tuple(unreadable), guessed)
+
+
+def _port_given(settings: tuple[ServerSetting, ...]) -> bool:
+    """A runner that does not listen itself names the port its server listens on."""
+    return any(s.name == "port" and s.source.startswith("command line") for s in settings)
 
 
 def _port_from_settings(settings: tuple[ServerSetting, ...]) -> tuple[tuple[str, int], ...]:
