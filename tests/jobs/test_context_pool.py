@@ -29,7 +29,7 @@ TURN_CHARS = 60  # of the document per user turn: a step of about 5 % of the poo
 def test_a_unified_pool_counts_every_slot_and_a_split_one_the_fullest():
     unified = pool_gauge([900, 800, None, 200], True, 2048, 2048)
     assert (unified.tokens, unified.max_context, unified.level) == (1900, 2048, "amber")
-    assert "1 idle slot" in unified.note
+    assert "1 idle slot not counted" in unified.note
     split = pool_gauge([200, 250, 240, 100], False, 1024, 256)
     assert (split.tokens, split.max_context, split.level) == (250, 256, "amber")
     assert pool_gauge([10, 10], True, 2048, None, failing=True).level == "red"
@@ -155,7 +155,7 @@ def attach_in_background(monkeypatch, pid: int):
 def test_a_long_chat_s_host_memory_is_explained(tmp_path, monkeypatch):
     from cliff_tui.analysis.theory import KvSettings, kv_total_bytes
     from cliff_tui.engine.gguf_meta import read_model_info
-    from cliff_tui.ui.render import server_line
+    from cliff_tui.ui.render import attached_lines, server_line
     from cliff_tui.units import MiB
 
     with started_llama_server(tmp_path, "-np", "4", "--cache-ram", "256", "--metrics", ctx="4096") as server:
@@ -178,8 +178,8 @@ def test_a_long_chat_s_host_memory_is_explained(tmp_path, monkeypatch):
     assert split.model is not None and 0 < split.model <= split.rss and split.model <= model.size_bytes
     assert split.growth > 0 and split.growth < 256 * MiB and split.saved_tokens and split.saved_tokens > 0
     assert split.cache_ram == 256 * MiB
-    line = "".join(text for text, _ in server_line(store))
-    assert "prompt cache + checkpoints grew" in line and "--cache-ram 256 MiB" in line
-    assert f"listening on 127.0.0.1:{server.port}" in line and "cache_ram=256 MiB (command line)" in line
+    line = " ".join(text for parts in [server_line(store), *attached_lines(store)] for text, _ in parts)
+    assert "prompt cache +" in line and "/ --cache-ram 256 MiB" in line
+    assert f"listening on 127.0.0.1:{server.port}" in line and "cache_ram=256MiB" in line
     memory = record["memory"]
     assert memory["kv_cache"] == kv and memory["model"] > 0 and "RSS" in memory["text"]

@@ -83,15 +83,13 @@ def pool_gauge(
     if pool_ctx <= 0 or not held:
         return None
     unknown = len(held) - len(counts)
-    note = (
-        f"{unknown} idle slot{'s' if unknown > 1 else ''}' kept cells unknown (/slots does not say)" if unknown else ""
-    )
+    note = f"{unknown} idle slot{'s' if unknown > 1 else ''} not counted (/slots does not say)" if unknown else ""
     if unified:
         tokens, most = sum(counts), pool_ctx
-        tier = f"one context pool of {pool_ctx:,} cells shared by {len(held)} slots (unified KV)"
+        tier = f"the unified KV pool of {len(held)} slots"
     else:
         most = slot_ctx or pool_ctx // max(len(held), 1)
         tokens = max(counts, default=0)
-        tier = f"the fullest slot's share ({most:,} of {pool_ctx:,} cells, split KV)"
+        tier = f"the fullest slot's split KV share ({most:,} of {pool_ctx:,})"
     to_full = (most - tokens) / growth_per_s if growth_per_s and growth_per_s > 0 and tokens < most else None
     return CliffGauge(tokens, most, tier, "context pool", failing, to_full, note)

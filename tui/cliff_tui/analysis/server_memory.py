@@ -25,6 +25,18 @@ class MemorySplit:
     cache_ram: int | None
     seconds_to_out: float | None  # until RAM (or the cgroup's limit) runs out at this growth
 
+    def short_text(self) -> str:
+        """The screen's one line: the parts that add up to RSS, then the growth against its cap."""
+        kv = f" + KV {fmt_bytes(self.kv_cache)}" if self.kv_cache is not None else ""
+        line = f"RSS {fmt_bytes(self.rss)} = model {fmt_bytes(self.model)} mapped{kv}"
+        line += f" + other {fmt_bytes(self.beyond + self.other_file)} · prompt cache +{fmt_bytes(self.growth)}"
+        if self.saved_tokens is not None:
+            line += f" (~{self.saved_tokens:,} tok)"
+        line += f" / --cache-ram {self.cache_ram // MiB} MiB" if self.cache_ram is not None else ", no --cache-ram cap"
+        if self.seconds_to_out is not None:
+            line += f", RAM out in ~{fmt_duration(self.seconds_to_out)}"
+        return line
+
     def text(self) -> str:
         parts = [f"RSS {fmt_bytes(self.rss)}"]
         if self.model is not None:

@@ -455,6 +455,7 @@ def gauge_line(p: Store) -> Parts:
         ),
         (f" · {gauge.fraction:.0%}" if gauge.fraction >= 0.01 or not gauge.tokens else " · <1%", style),
         (f"  on {gauge.tier} ({source})", DIM),
+        *([(f"; {gauge.note}", DIM)] if gauge.note else []),
     ]
 
 
@@ -467,7 +468,7 @@ def _gauge_words(gauge: CliffGauge) -> str:
             text += ": the context is full"
         if gauge.seconds_to_full is not None and not gauge.failing:
             text += f", full in ~{fmt_duration(gauge.seconds_to_full)} at this growth"
-        return text + (f" ({gauge.note})" if gauge.note else "")
+        return text
     if gauge.level == "red":
         return f"{gauge.tokens:,} tokens: past the cliff at ~{_about(gauge.max_context):,}"
     return f"{gauge.tokens:,} of ~{_about(gauge.max_context):,} tokens before the cliff"
@@ -527,16 +528,32 @@ SHOWN_SETTINGS = ("ctx_size", "parallel", "kv_unified", "cache_type_k", "cache_t
 SHOWN_ALWAYS = ("kv_unified", "cache_ram", "ctx_checkpoints")
 
 
+def attached_lines(p: Store) -> list[Parts]:
+    """Under the server line: how the attached server was found, its flags, its memory explained."""
+    found = p.servers.attached
+    if found is None:
+        return []
+    lines = [[(line, DIM if i == 0 else None)] for i, line in enumerate(_found_parts(found))]
+    split = p.server_memory()
+    if split is not None:
+        lines.append([(split.short_text(), None)])
+    return lines
+
+
+SHORT_SOURCES = {"command line": "flags", "environment": "env", "/props": "/props", "default": "defaults"}
+
+
 def _found_parts(found: FoundServer) -> list[str]:
-    """How the attached server was found, and its flags where they were read (source shortened)."""
+    """How the attached server was found, and its settings grouped by where they were read."""
     parts = [f"found: {found.how}"]
-    flags = []
+    groups: dict[str, list[str]] = {}
     for x in found.settings:
         if x.name in SHOWN_ALWAYS or (x.name in SHOWN_SETTINGS and not x.source.startswith("default")):
-            unit = " MiB" if x.name == "cache_ram" else ""
-            flags.append(f"{x.name}={inert(x.value)}{unit} ({x.source.split(' (')[0]})")
-    if flags:
-        parts.append("flags: " + ", ".join(flags))
+            unit = "MiB" if x.name == "cache_ram" else ""
+            where = SHORT_SOURCES.get(x.source.split(" (")[0], x.source)
+            groups.setdefault(where, []).append(f"{x.name}={inert(x.value)}{unit}")
+    if groups:
+        parts.append(" · ".join(f"{where}: {' '.join(items)}" for where, items in groups.items()))
     if found.unreadable:
         parts.append(f"could not read {found.unreadable}")
     return parts
@@ -548,12 +565,6 @@ def server_line(p: Store) -> Parts:
     for s in p.servers.readings.values():
         warn = warn or s.status != "ok"
         parts.append(f"{s.source} {s.url} " + (s.status if s.status == "ok" else f"{s.status}: {s.message}"))
-        found = p.servers.attached
-        if found is not None and found.url == s.url:
-            parts.extend(_found_parts(found))
-            split = p.server_memory()
-            if split is not None:
-                parts.append("memory: " + split.text())
         if s.rates is not None and s.status == "ok" and s.source != "ollama":
             r = s.rates
             parts.append(f"decode {fmt_tok_s(r.decode_tok_s)} tok/s · prompt {fmt_tok_s(r.prompt_tok_s)} tok/s")

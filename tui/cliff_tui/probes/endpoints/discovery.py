@@ -128,12 +128,12 @@ def _busyness(s: FoundServer) -> tuple[bool, bool, int, int]:
 
 
 def _read_process(p: ServerProcess, timeout: float) -> FoundServer:
-    what = f"process {p.pid} ({_short_command(p.argv)})"
+    what, cmd = f"process {p.pid}", f"({_short_command(p.argv)})"
     if p.url is None:
         why = "; ".join(p.unreadable) or "it listens on no TCP port (still loading the model, or a UNIX socket)"
-        return FoundServer(p.kind, "", f"{what}, not listening", p.pid, "unreachable", why, p.settings)
+        return FoundServer(p.kind, "", f"{what} {cmd}, not listening", p.pid, "unreachable", why, p.settings)
     where = urllib.parse.urlsplit(p.url).netloc
-    how = f"{what}, port from its flags: {where}" if p.ports_from_flags else f"{what} listening on {where}"
+    how = f"{what}, port from its flags: {where} {cmd}" if p.ports_from_flags else f"{what} listening on {where} {cmd}"
     server = FoundServer(p.kind, p.url, how, p.pid, settings=p.settings, unreadable="; ".join(p.unreadable))
     return _read_api(server, timeout, argv=p.argv)
 
