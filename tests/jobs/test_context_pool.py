@@ -183,3 +183,5 @@ def test_a_long_chat_s_host_memory_is_explained(tmp_path, monkeypatch):
     assert f"listening on 127.0.0.1:{server.port}" in line and "cache_ram=256MiB" in line
     memory = record["memory"]
     assert memory["kv_cache"] == kv and memory["model"] > 0 and "RSS" in memory["text"]
+    largest = record["pool"]["largest_context_by_memory"]
+    assert largest["tokens"] > 4096 and largest["basis"].startswith("theory + measured base")

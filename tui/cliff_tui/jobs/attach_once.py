@@ -11,7 +11,7 @@ from typing import Any
 from cliff_tui.analysis.gauge import pool_gauge
 from cliff_tui.analysis.server_memory import memory_split
 from cliff_tui.analysis.server_rates import ServerRateMeter
-from cliff_tui.analysis.thresholds import POOL_FAILURE_HOLD_S
+from cliff_tui.analysis.thresholds import POOL_FAILURE_HOLD_S, default_reserve
 from cliff_tui.codec import to_plain
 from cliff_tui.events import ServerMemory, ServerReading
 from cliff_tui.jobs.attach import (
@@ -66,6 +66,10 @@ def attach_once(
     latest = {source: (second.get(source) or probe)[0] for source, probe in first.items()}
     if LLAMA_SERVER in latest and found.get("attached"):
         record["pool"] = pool_record(latest[LLAMA_SERVER], found["attached"])
+        if record["pool"] is not None and memory is not None and memory.per_cell:
+            record["pool"]["largest_context_by_memory"] = memory_limit(
+                int(found["attached"]["settings"]["pool_ctx"]["value"]), memory.per_cell, sample
+            )
     ok, reason = _verdict(job, latest, sample)
     record["ok"] = ok
     if reason:
@@ -338,3 +342,14 @@ def memory_record(readings: list[ServerMemory], sample: Any, problem: str) -> di
     if split is None:
         return {"reason": problem or "not read"}
     return to_plain(split) | {"text": split.text()}
+
+
+def memory_limit(pool_ctx: int, per_cell: float, sample: Any) -> dict[str, Any]:
+    """The largest -c this server could have before the memory cliff: its pool now plus as many
+    cells as the room RAM (or the cgroup) has left above the reserve holds."""
+    room = sample.ram_room_bytes - default_reserve(sample.ram_capacity_bytes)
+    return {
+        "tokens": max(0, int(pool_ctx + room / per_cell)),
+        "basis": "theory + measured base: KV bytes per cell from the GGUF header and flags, and the room "
+        "RAM has left now above the reserve",
+    }
