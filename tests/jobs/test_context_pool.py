@@ -185,3 +185,18 @@ def test_a_long_chat_s_host_memory_is_explained(tmp_path, monkeypatch):
     assert memory["kv_cache"] == kv and memory["model"] > 0 and "RSS" in memory["text"]
     largest = record["pool"]["largest_context_by_memory"]
     assert largest["tokens"] > 4096 and largest["basis"].startswith("theory + measured base")
+
+
+def test_the_split_names_each_gpu_s_share_from_nvml_s_process_list():
+    from cliff_tui.analysis.server_memory import memory_split
+    from cliff_tui.events import ServerMemory
+    from cliff_tui.records import GpuProcess, GpuReading
+
+    def gpu(index: int, processes: tuple) -> GpuReading:
+        return GpuReading(index, "NVIDIA H100", "nvidia", 10 << 30, 80 << 30, processes=processes)
+
+    gpus = [gpu(0, (GpuProcess(42, 6 << 30), GpuProcess(7, 1 << 30))), gpu(1, (GpuProcess(42, 2 << 30),))]
+    reading = ServerMemory(1.0, "http://127.0.0.1:8080", 42, 900 << 20, 300 << 20, 600 << 20, 0, 500 << 20)
+    split = memory_split([reading], gpus=gpus)
+    assert split.vram == ((0, 6 << 30), (1, 2 << 30))
+    assert "GPU0 VRAM 6.00 GiB (NVML, this process)" in split.text() and "GPU1 2.00 GiB" in split.short_text()

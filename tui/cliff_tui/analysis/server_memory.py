@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cliff_tui.events import ServerMemory
+from cliff_tui.records import GpuReading
 from cliff_tui.units import MiB, fmt_bytes, fmt_duration
 
 
@@ -24,6 +25,7 @@ class MemorySplit:
     saved_tokens: int | None  # the growth in tokens of saved prompt (KV bytes per cell)
     cache_ram: int | None
     seconds_to_out: float | None  # until RAM (or the cgroup's limit) runs out at this growth
+    vram: tuple[tuple[int, int], ...] = ()  # (GPU index, bytes) the process holds there (NVML per process)
 
     def short_text(self) -> str:
         """The screen's one line: the parts that add up to RSS, then the growth against its cap."""
@@ -35,7 +37,7 @@ class MemorySplit:
         line += f" / --cache-ram {self.cache_ram // MiB} MiB" if self.cache_ram is not None else ", no --cache-ram cap"
         if self.seconds_to_out is not None:
             line += f", RAM out in ~{fmt_duration(self.seconds_to_out)}"
-        return line
+        return line + "".join(f" · GPU{i} {fmt_bytes(b)}" for i, b in self.vram)
 
     def text(self) -> str:
         parts = [f"RSS {fmt_bytes(self.rss)}"]
@@ -56,11 +58,15 @@ class MemorySplit:
             if self.seconds_to_out is not None:
                 grown += f", RAM out in ~{fmt_duration(self.seconds_to_out)} at this rate (cap it: --cache-ram N)"
         parts.append(grown)
+        parts.extend(f"GPU{i} VRAM {fmt_bytes(b)} (NVML, this process)" for i, b in self.vram)
         return " · ".join(parts)
 
 
 def memory_split(
-    readings: Sequence[ServerMemory], room_bytes: int | None = None, window_s: float = 120.0
+    readings: Sequence[ServerMemory],
+    room_bytes: int | None = None,
+    window_s: float = 120.0,
+    gpus: Sequence[GpuReading] = (),
 ) -> MemorySplit | None:
     """The newest reading explained against the first (the growth) and the readings of the last
     ``window_s`` (its rate); ``room_bytes``: what RAM (or the cgroup) has left."""
@@ -91,4 +97,12 @@ def memory_split(
         saved_tokens=tokens,
         cache_ram=last.cache_ram_bytes,
         seconds_to_out=to_out,
+        vram=vram_of(last.pid, gpus),
+    )
+
+
+def vram_of(pid: int, gpus: Sequence[GpuReading]) -> tuple[tuple[int, int], ...]:
+    """What each GPU's per-process list (NVML) says the process holds there."""
+    return tuple(
+        (g.index, p.used_bytes) for g in gpus for p in g.processes or () if p.pid == pid and p.used_bytes is not None
     )

@@ -318,6 +318,9 @@ def _server_memory(p: Store) -> list[Metric]:
         "Seconds until RAM (or the cgroup's limit) runs out at the prompt cache's current growth (absent: not growing)",
         ("server",),
     )
+    vram = _gauge(
+        "cliff_server_vram_bytes", "VRAM the attached server's process holds on each GPU (NVML)", ("server", "gpu")
+    )
     split = p.server_memory()
     if split is not None and p.servers.memory:
         server = _server_label(p.servers.memory[-1].url)
@@ -332,7 +335,9 @@ def _server_memory(p: Store) -> list[Metric]:
         _add(rate, [server], split.growth_per_s)
         _add(limit, [server], split.cache_ram)
         _add(out, [server], split.seconds_to_out)
-    return [parts, rate, limit, out]
+        for index, used in split.vram:
+            vram.add_metric([server, str(index)], used)
+    return [parts, rate, limit, out, vram]
 
 
 def _context_pool(p: Store) -> list[Metric]:

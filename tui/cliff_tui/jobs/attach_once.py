@@ -338,7 +338,7 @@ def pool_record(reading: ServerReading, attached: dict[str, Any]) -> dict[str, A
 
 def memory_record(readings: list[ServerMemory], sample: Any, problem: str) -> dict[str, Any] | None:
     """The attached server's memory split (two readings ``interval`` apart give the growth rate)."""
-    split = memory_split(readings, sample.ram_room_bytes)
+    split = memory_split(readings, sample.ram_room_bytes, gpus=sample.gpus)
     if split is None:
         return {"reason": problem or "not read"}
     return to_plain(split) | {"text": split.text()}

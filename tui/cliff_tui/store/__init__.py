@@ -228,7 +228,8 @@ class Store:
         from cliff_tui.analysis.server_memory import memory_split
 
         s = self.machine.latest
-        return memory_split(list(self.servers.memory), s.ram_room_bytes if s is not None else None)
+        room = s.ram_room_bytes if s is not None else None
+        return memory_split(list(self.servers.memory), room, gpus=s.gpus if s is not None else ())
 
     # --- rebuilding -------------------------------------------------------------------------
 
