@@ -20,6 +20,7 @@ import pytest
 
 from cliff_tui.events import DecodeWindow, Notice, ServerReading
 from cliff_tui.jobs.attach import AttachJob, Poller
+from cliff_tui.probes.endpoints.discovery import Found
 from cliff_tui.probes.endpoints.llama_server import SlotsRead
 from cliff_tui.records import UNKNOWN_MODEL
 from cliff_tui.store import Store
@@ -210,6 +211,7 @@ def test_job_without_urls_looks_on_the_default_ports(server, monkeypatch):
     s = server(llama, Route.file("llama_metrics_idle.txt"))
     nobody = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setattr("cliff_tui.jobs.attach.DEFAULT_URLS", {"llama-server": s.url, "ollama": nobody})
+    monkeypatch.setattr("cliff_tui.jobs.attach.find_servers", lambda *a, **k: Found([]))  # no server process here
     job = AttachJob.from_args(None, None, interval=0.05, timeout=1)
     assert job.discover_defaults and job.title.startswith("looking for")
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 2)
@@ -221,6 +223,7 @@ def test_job_without_urls_looks_on_the_default_ports(server, monkeypatch):
 def test_job_finding_nothing_shows_one_status_and_keeps_looking(monkeypatch):
     nobody = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setattr("cliff_tui.jobs.attach.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
+    monkeypatch.setattr("cliff_tui.jobs.attach.find_servers", lambda *a, **k: Found([]))  # no server process here
     events, _ = run_job(AttachJob.from_args(None, None, 0.05, 1), lambda ev: len(readings(ev)) >= 1)
     (reading,) = readings(events)[:1]
     assert reading.status == "unreachable" and "looking again in" in reading.message

@@ -13,6 +13,7 @@ import pytest
 from cliff_tui.events import ServerReading
 from cliff_tui.jobs.attach import AttachJob
 from cliff_tui.jobs.attach_once import NOTHING_GENERATED, attach_once, endpoint_record
+from cliff_tui.probes.endpoints.discovery import Found
 from cliff_tui.probes.sampler import Sampler
 from fakes.http_server import Route, closed_port
 from fakes.servers import BUSY, DECODING, llama, ollama
@@ -141,6 +142,7 @@ def test_once_reports_every_failure_in_a_field(server, route, status):
 def test_once_with_a_pid_and_no_server_is_fine(monkeypatch):
     nobody = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setattr("cliff_tui.probes.endpoints.discovery.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
+    monkeypatch.setattr("cliff_tui.jobs.attach_once.find_servers", lambda *a, **k: Found([]))  # no server process here
     record, ok = once(AttachJob.from_args(None, None), pid=os.getpid())
     assert ok and record["process"]["rss_bytes"] > 0 and "no llama-server" in record["discovery"]
     record, ok = once(AttachJob.from_args(None, None))

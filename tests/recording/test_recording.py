@@ -35,7 +35,9 @@ from cliff_tui.events import (
     RunProgress,
     RunStarted,
     Sample,
+    ServerMemory,
     ServerReading,
+    ServersFound,
     TargetChosen,
     TriangulationPlanned,
 )
@@ -46,6 +48,7 @@ from cliff_tui.recording.writer import Recorder, RecordingSetup
 from cliff_tui.records import (
     BufferSize,
     DecodePoint,
+    FoundServer,
     GpuDelta,
     GpuProcess,
     GpuReading,
@@ -56,6 +59,7 @@ from cliff_tui.records import (
     RunSettings,
     ServedModel,
     ServerRates,
+    ServerSetting,
     SlotReading,
     SpeedVerdict,
     SwapReading,
@@ -150,6 +154,25 @@ ALL_EVENTS = [
         ServerRates(20.0, None, None, "no request has run since attaching: send one to measure"),
     ),
     MeasuredCapacity(4.1, "model.gguf", "f16", "RAM", 852_992),
+    ServersFound(
+        4.2,
+        (
+            FoundServer(
+                "llama-server",
+                "http://127.0.0.1:9931",
+                "process 42 (llama-server -c 16384) listening on 127.0.0.1:9931",
+                42,
+                settings=(ServerSetting("ctx_size", "16384", "command line (-c)"),),
+                tokens_held=2273,
+                processing=1,
+            ),
+            FoundServer("ollama", "http://127.0.0.1:11434", "default port 11434 answered", unreadable="its process"),
+        ),
+        "http://127.0.0.1:9931",
+    ),
+    ServerMemory(
+        4.3, "http://127.0.0.1:9931", 42, 180_000_000, 70_000_000, 110_000_000, 0, 96_000_000, 47_185_920, 23_040.0
+    ),
     TargetChosen(4.2, 32_768),
 ]
 

@@ -4,12 +4,15 @@ with SmolLM2, stopped by PID at the end (``real_llama_server``, a module-scoped 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -49,6 +52,61 @@ def wait_healthy(url: str, proc: subprocess.Popen, limit: float = 120) -> None:
             return
         time.sleep(0.25)
     pytest.fail("llama-server did not become healthy in time")
+
+
+@dataclass
+class StartedServer:
+    url: str
+    port: int
+    proc: subprocess.Popen
+    log: Path
+
+
+def llama_server_paths() -> tuple[str, Path]:
+    """The binary and SmolLM2, or the test is unavailable."""
+    binary = find_llama_server()
+    if binary is None:
+        unavailable(
+            "no llama-server binary: set LLAMA_SERVER, put one on PATH, or run "
+            "scripts/build_llama_tools.sh llama-server"
+        )
+    from cliff_tui.engine.default_model import default_model_path
+
+    try:
+        return binary, default_model_path()
+    except BadInput as exc:
+        unavailable(str(exc))
+
+
+@contextlib.contextmanager
+def started_llama_server(
+    log_dir: Path, *flags: str, env: dict[str, str] | None = None, ctx: str = "1024"
+) -> Iterator[StartedServer]:
+    """A llama-server on a free loopback port with ``flags`` (after -m, --host, --port, -c, -t 1,
+    -ngl 0; ``env`` added to its environment), healthy; stopped by its PID at the end."""
+    binary, model = llama_server_paths()
+    port = free_port()
+    log = log_dir / f"llama-server-{port}.log"
+    argv = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", ctx, "-t", "1"]
+    argv += ["-ngl", "0", *flags]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield StartedServer(url, port, proc, log)
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from cliff_tui.records import (
     CpuQuota,
     DecodePhase,
     FailureKind,
+    FoundServer,
     GpuReading,
     ModelInfo,
     NoticeLevel,
@@ -210,6 +211,8 @@ class ServerReading:
     models: tuple[ServedModel, ...] = ()
     reasons: dict[str, str] = field(default_factory=dict)
     rates: ServerRates | None = None  # from its counters' moves up to this reading (None: not measured)
+    context_failures: int | None = None  # requests its log says failed for lack of cells (None: unread)
+    log: str = ""  # where its log is read, or why it is not
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,34 @@ class MeasuredCapacity:
     kv_type: str
     tier: str
     max_context: int
+
+
+@dataclass(frozen=True)
+class ServersFound:
+    """The llama.cpp-family servers found on this machine when ``attach`` looked, busiest first;
+    ``attached`` is the URL it follows ("" where none)."""
+
+    t: float
+    servers: tuple[FoundServer, ...]
+    attached: str = ""
+
+
+@dataclass(frozen=True)
+class ServerMemory:
+    """A local server's resident memory at ``t``, split by kind, with the KV cache its model and
+    flags size (the theory ``fit`` uses) and the ``--cache-ram`` limit on its prompt cache."""
+
+    t: float
+    url: str
+    pid: int
+    rss_bytes: int
+    anon_bytes: int
+    file_bytes: int
+    shmem_bytes: int
+    model_mapped_bytes: int | None = None  # resident pages of the model file
+    kv_cache_bytes: int | None = None
+    kv_bytes_per_cell: float | None = None
+    cache_ram_bytes: int | None = None  # None: no limit (-1) or unknown
 
 
 Event = (
@@ -240,6 +271,8 @@ Event = (
     | Notice
     | ServerReading
     | MeasuredCapacity
+    | ServersFound
+    | ServerMemory
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -258,6 +291,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
     "notice": Notice,
     "server": ServerReading,
     "measured_capacity": MeasuredCapacity,
+    "servers_found": ServersFound,
+    "server_memory": ServerMemory,
 }
 
 EVENT_NAMES: dict[type[Event], str] = {cls: name for name, cls in EVENT_TYPES.items()}

@@ -406,6 +406,35 @@ class SlotReading:
 
 
 @dataclass(frozen=True)
+class ServerSetting:
+    """One setting of a found server, and where it was read: ``command line (-c 16384)``,
+    ``environment (LLAMA_ARG_CTX_SIZE)``, ``/props``, or ``default (not given)``."""
+
+    name: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True)
+class FoundServer:
+    """A llama.cpp-family server found on this machine: by its process, or by a default port."""
+
+    kind: str  # llama-server, ollama runner, llama-cpp-python, lm-studio, ollama
+    url: str
+    how: str  # how it was found, in words
+    pid: int | None = None
+    status: str = "ok"  # as its API answered: ok, no-metrics, unreachable, not-llama, error, listed
+    message: str = ""
+    settings: tuple[ServerSetting, ...] = ()
+    unreadable: str = ""  # what could not be read about it, and why
+    tokens_held: int = 0  # cells its slots hold (how busy it is)
+    processing: int = 0  # requests it runs now
+
+    def setting(self, name: str) -> ServerSetting | None:
+        return next((s for s in self.settings if s.name == name), None)
+
+
+@dataclass(frozen=True)
 class ServedModel:
     name: str
     size_bytes: int | None

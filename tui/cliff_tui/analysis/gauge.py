@@ -14,7 +14,7 @@ from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.buffers import gpu_reading_of
 from cliff_tui.events import Sample
 
-GaugeSource = Literal["measured", "this run"]
+GaugeSource = Literal["measured", "this run", "context pool"]
 GaugeLevel = Literal["ok", "amber", "red"]
 
 
@@ -24,6 +24,9 @@ class CliffGauge:
     max_context: int  # the largest context before the cliff
     tier: str
     source: GaugeSource
+    failing: bool = False  # requests fail for lack of cells now (a context pool only)
+    seconds_to_full: float | None = None  # at the current growth (a context pool only)
+    note: str = ""  # what the count leaves out
 
     @property
     def fraction(self) -> float:
@@ -31,8 +34,8 @@ class CliffGauge:
 
     @property
     def level(self) -> GaugeLevel:
-        """Red past the cliff line (into the reserve), amber as it nears it."""
-        if self.fraction >= 1.0:
+        """Red past the cliff line (into the reserve) or while requests fail, amber as it nears it."""
+        if self.fraction >= 1.0 or self.failing:
             return "red"
         return "amber" if self.fraction >= th.GAUGE_AMBER else "ok"
 
@@ -62,3 +65,31 @@ def run_gauge(tokens: int, n_ctx: int, kv_bytes: int, room: CliffRoom) -> CliffG
     per_cell = kv_bytes / n_ctx
     more = (room.free_bytes - th.default_reserve(room.capacity_bytes)) / per_cell
     return CliffGauge(tokens, max(0, int(n_ctx + more)), room.tier, "this run")
+
+
+def pool_gauge(
+    held: list[int | None],
+    unified: bool,
+    pool_ctx: int,
+    slot_ctx: int | None,
+    *,
+    failing: bool = False,
+    growth_per_s: float | None = None,
+) -> CliffGauge | None:
+    """An attached server's context pool, what runs out first without a triangulation: unified,
+    the cells all slots hold against the one pool; split, the fullest slot against its share.
+    ``failing``: requests fail for lack of cells now (red whatever the count says)."""
+    counts = [h for h in held if h is not None]
+    if pool_ctx <= 0 or not held:
+        return None
+    unknown = len(held) - len(counts)
+    note = f"{unknown} idle slot{'s' if unknown > 1 else ''} not counted (/slots does not say)" if unknown else ""
+    if unified:
+        tokens, most = sum(counts), pool_ctx
+        tier = f"the unified KV pool of {len(held)} slots"
+    else:
+        most = slot_ctx or pool_ctx // max(len(held), 1)
+        tokens = max(counts, default=0)
+        tier = f"the fullest slot's split KV share ({most:,} of {pool_ctx:,})"
+    to_full = (most - tokens) / growth_per_s if growth_per_s and growth_per_s > 0 and tokens < most else None
+    return CliffGauge(tokens, most, tier, "context pool", failing, to_full, note)

@@ -122,8 +122,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_attach(args: argparse.Namespace) -> int:
     from cliff_tui.jobs.attach import AttachJob
-    from cliff_tui.jobs.attach_once import attach_once
+    from cliff_tui.jobs.attach_once import attach_once, list_servers
 
+    if args.list:
+        record, text = list_servers(args.timeout)
+        print(json.dumps(record, indent=2) if args.json else text)
+        return 0 if record["servers"] else EXIT_UNREACHABLE
     check_once(args)
     check_input(args)
     measured = _measured_capacity(args.from_file) if args.from_file else None

@@ -360,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--ollama", metavar="URL", help="Ollama base URL")
     attach.add_argument("--once", action="store_true", help="one reading as JSON, then exit (3 if unreachable)")
     attach.add_argument("--json", action="store_true", help="(with --once) JSON output; the default")
+    attach.add_argument(
+        "--list", action="store_true", help="list the llama.cpp servers on this machine, then exit (3 if none)"
+    )
     attach.add_argument("--timeout", type=_timeout, default=2.0, metavar="S", help="HTTP timeout")
     attach.add_argument(
         "--from",

@@ -58,6 +58,8 @@ class CliffCollector(Collector):
                 *_decode(store),
                 *_process(store.machine.latest),
                 *_servers(store),
+                *_server_memory(store),
+                *_context_pool(store),
             ]
         yield from families
         yield from _plans(self.plans)
@@ -289,6 +291,68 @@ def _server_label(url: str) -> str:
         host = f"[{host}]"
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+GAUGE_LEVELS = {"ok": 0, "amber": 1, "red": 2}
+
+
+def _server_memory(p: Store) -> list[Metric]:
+    """The attached server's resident memory by part (a server on this machine, found by its process)."""
+    parts = _gauge(
+        "cliff_server_memory_bytes",
+        "The attached server's resident memory by part: model (its mapped GGUF), other_file, kv_cache "
+        "(from the header and flags), other_anon (compute buffers, heap, prompt cache), and "
+        "prompt_cache_growth (anonymous memory gained since attach: prompt cache and checkpoints)",
+        ("server", "part"),
+    )
+    rate = _gauge(
+        "cliff_server_prompt_cache_growth_bytes_per_second",
+        "How fast the attached server's anonymous memory grows (its prompt cache and checkpoints)",
+        ("server",),
+    )
+    limit = _gauge(
+        "cliff_server_prompt_cache_limit_bytes", "The server's --cache-ram limit (absent: none)", ("server",)
+    )
+    out = _gauge(
+        "cliff_server_ram_exhausted_seconds",
+        "Seconds until RAM (or the cgroup's limit) runs out at the prompt cache's current growth (absent: not growing)",
+        ("server",),
+    )
+    vram = _gauge(
+        "cliff_server_vram_bytes", "VRAM the attached server's process holds on each GPU (NVML)", ("server", "gpu")
+    )
+    split = p.server_memory()
+    if split is not None and p.servers.memory:
+        server = _server_label(p.servers.memory[-1].url)
+        for part, value in (
+            ("model", split.model),
+            ("other_file", split.other_file),
+            ("kv_cache", split.kv_cache),
+            ("other_anon", split.beyond),
+            ("prompt_cache_growth", split.growth),
+        ):
+            _add(parts, [server, part], value)
+        _add(rate, [server], split.growth_per_s)
+        _add(limit, [server], split.cache_ram)
+        _add(out, [server], split.seconds_to_out)
+        for index, used in split.vram:
+            vram.add_metric([server, str(index)], used)
+    return [parts, rate, limit, out, vram]
+
+
+def _context_pool(p: Store) -> list[Metric]:
+    cells = _gauge(
+        "cliff_context_cells",
+        "The cliff gauge: context in use (used) against the most before what runs out first (max)",
+        ("state",),
+    )
+    level = _gauge("cliff_gauge_level", "The cliff gauge's level: 0 ok, 1 amber, 2 red", ("source",))
+    gauge = p.gauge()
+    if gauge is not None:
+        cells.add_metric(["used"], gauge.tokens)
+        cells.add_metric(["max"], gauge.max_context)
+        level.add_metric([gauge.source], GAUGE_LEVELS[gauge.level])
+    return [cells, level]
 
 
 # --- a capacity plan (--from) ---------------------------------------------------------------------

@@ -20,13 +20,24 @@ from dataclasses import dataclass
 
 from cliff_tui.analysis.server_rates import CounterMove, ServerRateMeter
 from cliff_tui.errors import BadInput
-from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, Notice, ServerReading
+from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, Notice, ServerReading, ServersFound
 from cliff_tui.jobs import OnWorker, Outcome, Publish
-from cliff_tui.probes.endpoints.discovery import DEFAULT_URLS, READERS, describe_discovery, is_found
+from cliff_tui.jobs.server_memory import MemoryProbe
+from cliff_tui.probes.endpoints.discovery import (
+    DEFAULT_URLS,
+    READERS,
+    Found,
+    describe_discovery,
+    describe_found,
+    find_servers,
+    is_found,
+)
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, probe_llama_server, read_model_file
 from cliff_tui.probes.endpoints.ollama import OLLAMA
-from cliff_tui.records import UNKNOWN_MODEL, NoticeLevel
+from cliff_tui.probes.endpoints.processes import OLLAMA_SERVE
+from cliff_tui.probes.endpoints.server_log import ServerLog
+from cliff_tui.records import UNKNOWN_MODEL, FoundServer, NoticeLevel
 from cliff_tui.text import inert
 
 MAX_BACKOFF_S = 30.0
@@ -101,9 +112,18 @@ class Poller:
     """
 
     def __init__(
-        self, endpoint: Endpoint, interval: float, *, quiet: bool = False, ceiling: float = MAX_BACKOFF_S
+        self,
+        endpoint: Endpoint,
+        interval: float,
+        *,
+        quiet: bool = False,
+        ceiling: float = MAX_BACKOFF_S,
+        log: ServerLog | None = None,
+        memory: MemoryProbe | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.log = log
+        self.memory = memory
         self.interval = interval
         self.ceiling = ceiling
         self.found = not quiet
@@ -131,6 +151,9 @@ class Poller:
             reading = dataclasses.replace(reading, message=f"{reading.message}; retrying in {delay:.0f} s")
         rates, self._moved = self._counters.update(reading)
         reading = dataclasses.replace(reading, rates=rates)
+        if self.log is not None:
+            logged = self.log.read()
+            reading = dataclasses.replace(reading, context_failures=logged.failures, log=logged.note)
         self.due = time.monotonic() + delay
         self.last = reading
         self.found = self.found or is_found(reading)
@@ -190,13 +213,22 @@ class AttachJob:
 
     # --- the live job -----------------------------------------------------------------------
 
-    def pollers(self) -> list[Poller]:
+    def pollers(self, chosen: FoundServer | None = None, local: dict[str, FoundServer] | None = None) -> list[Poller]:
+        """The endpoints given; else the server found by its process; else the default ports. A
+        server whose process is on this machine also gets its log and memory read."""
+        if chosen is not None:
+            return [self._poller(endpoint_of(chosen), chosen)]
         if self.discover_defaults:
             return [
                 Poller(Endpoint(s, u), self.interval, quiet=True, ceiling=SEARCH_BACKOFF_S)
                 for s, u in DEFAULT_URLS.items()
             ]
-        return [Poller(e, self.interval) for e in self.endpoints]
+        return [self._poller(e, (local or {}).get(e.url)) for e in self.endpoints]
+
+    def _poller(self, endpoint: Endpoint, server: FoundServer | None) -> Poller:
+        if server is None or server.pid is None or server.kind == OLLAMA_SERVE:
+            return Poller(endpoint, self.interval)
+        return Poller(endpoint, self.interval, log=ServerLog(server.pid), memory=MemoryProbe(server))
 
     def check(self) -> None:
         """Nothing to refuse: the endpoints were parsed when the job was made."""
@@ -204,16 +236,42 @@ class AttachJob:
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
         if self.measured is not None:
             publish(dataclasses.replace(self.measured, t=time.time()))
-        pollers = self.pollers()
-        announced = not self.discover_defaults
+        chosen = self._find(publish) if self.discover_defaults else None
+        local = {} if self.discover_defaults else self._local(publish)
+        pollers = self.pollers(chosen, local)
+        announced = not self.discover_defaults or chosen is not None
         while not cancel.is_set():
             polled = self._poll_due(pollers, publish, cancel, announce_found=announced)
             if polled and not announced:
                 announced = self._announce_search(pollers, publish)
-            if polled and self.discover_defaults:
+            if polled and self.discover_defaults and chosen is None:
                 self._publish_not_found(pollers, publish)
             cancel.wait(max(0.0, min(p.due for p in pollers) - time.monotonic()))
         return "cancelled"
+
+    def _find(self, publish: Publish) -> FoundServer | None:
+        """Servers on this machine by their processes (and the default ports): follow the busiest."""
+        found: Found = find_servers(min(self.timeout, DISCOVERY_TIMEOUT_S))
+        chosen = found.chosen
+        t = time.time()
+        if found.servers:
+            publish(ServersFound(t, tuple(found.servers), chosen.url if chosen else ""))
+            publish(Notice(t, describe_found(found), level="info" if chosen else "warning"))
+        if chosen is not None:
+            self.title = f"{chosen.kind} {chosen.url}"
+        return chosen
+
+    def _local(self, publish: Publish) -> dict[str, FoundServer]:
+        """The given llama-server URLs that a process on this machine serves: URL → that server."""
+        urls = [e.url for e in self.endpoints if e.source == LLAMA_SERVER]
+        if not urls:
+            return {}
+        found = find_servers(min(self.timeout, DISCOVERY_TIMEOUT_S), ports=())
+        local = {s.url: s for s in found.servers if s.url in urls and s.pid is not None}
+        if local:
+            first = next(iter(local.values()))
+            publish(ServersFound(time.time(), tuple(local.values()), first.url))
+        return local
 
     def _poll_due(
         self, pollers: list[Poller], publish: Publish, cancel: threading.Event, *, announce_found: bool
@@ -232,6 +290,9 @@ class AttachJob:
             if announce_found and not was_found:
                 publish(Notice(reading.t, f"found {reading.source} at {reading.url}"))
             publish(reading)
+            memory = poller.memory.read() if poller.memory is not None else None
+            if memory is not None:
+                publish(memory)
             for window in poller.windows(reading):
                 publish(window)
             if self.measured is not None and poller.endpoint.source == LLAMA_SERVER:
@@ -288,6 +349,10 @@ class AttachJob:
                 message=message,
             )
         )
+
+
+def endpoint_of(server: FoundServer) -> Endpoint:
+    return Endpoint(OLLAMA if server.kind == OLLAMA_SERVE else LLAMA_SERVER, server.url)
 
 
 def live_window(t: float, rate: LiveRate) -> DecodeWindow:

@@ -8,14 +8,27 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cliff_tui.analysis.gauge import pool_gauge
+from cliff_tui.analysis.server_memory import memory_split
 from cliff_tui.analysis.server_rates import ServerRateMeter
+from cliff_tui.analysis.thresholds import POOL_FAILURE_HOLD_S, default_reserve
 from cliff_tui.codec import to_plain
-from cliff_tui.events import ServerReading
-from cliff_tui.jobs.attach import DISCOVERY_TIMEOUT_S, AttachJob, Endpoint, LiveDecodeMeter, LiveRate
-from cliff_tui.probes.endpoints.discovery import discover
+from cliff_tui.events import ServerMemory, ServerReading
+from cliff_tui.jobs.attach import (
+    DISCOVERY_TIMEOUT_S,
+    AttachJob,
+    Endpoint,
+    LiveDecodeMeter,
+    LiveRate,
+    endpoint_of,
+)
+from cliff_tui.jobs.server_memory import MemoryProbe
+from cliff_tui.probes.endpoints.discovery import describe_found, discover, find_servers, found_line
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead
 from cliff_tui.probes.endpoints.ollama import OLLAMA
-from cliff_tui.records import SlotReading
+from cliff_tui.probes.endpoints.server_flags import setting_text
+from cliff_tui.probes.endpoints.server_log import recent_failures
+from cliff_tui.records import FoundServer, SlotReading
 from cliff_tui.report.samples import sample_record
 
 RECORD_KEYS = {LLAMA_SERVER: "llama_server", OLLAMA: "ollama"}
@@ -32,17 +45,31 @@ def attach_once(
     ``ok`` is False when no endpoint answered as it should (the CLI exits 3); following a PID with
     nothing else asked for is fine on its own.
     """
-    first, note = _first_probes(job)
+    found: dict[str, Any] = {}
+    first, note = _first_probes(job, found)
+    chosen = found.pop("_chosen", None)
+    memory = MemoryProbe(chosen) if chosen is not None and chosen.pid is not None else None
+    before = memory.read() if memory is not None else None
     sample = sampler.sample()
     second = _second_probes(job, first, sleep)
-    record = sample_record(sample)
+    after = memory.read() if memory is not None else None
+    record = sample_record(sample) | found
+    if memory is not None:
+        record["memory"] = memory_record([m for m in (before, after) if m is not None], sample, memory.problem)
     if note:
         record["discovery"] = note
+    settings = _attached_settings(found)
     for source, (reading, slots) in first.items():
         later = second.get(source)
         live = _live_rate(slots, later[1]) if later else None
-        record[RECORD_KEYS[source]] = endpoint_record(reading, later[0] if later else None, live)
+        record[RECORD_KEYS[source]] = endpoint_record(reading, later[0] if later else None, live, settings)
     latest = {source: (second.get(source) or probe)[0] for source, probe in first.items()}
+    if LLAMA_SERVER in latest and found.get("attached"):
+        record["pool"] = pool_record(latest[LLAMA_SERVER], found["attached"])
+        if record["pool"] is not None and memory is not None and memory.per_cell:
+            record["pool"]["largest_context_by_memory"] = memory_limit(
+                int(found["attached"]["settings"]["pool_ctx"]["value"]), memory.per_cell, sample
+            )
     ok, reason = _verdict(job, latest, sample)
     record["ok"] = ok
     if reason:
@@ -50,9 +77,17 @@ def attach_once(
     return record, ok
 
 
-def _first_probes(job: AttachJob) -> tuple[dict[str, Probe], str | None]:
+def _first_probes(job: AttachJob, record: dict[str, Any]) -> tuple[dict[str, Probe], str | None]:
     if not job.discover_defaults:
         return {e.source: e.probe(job.timeout) for e in job.endpoints}, None
+    servers = find_servers(timeout=min(job.timeout, DISCOVERY_TIMEOUT_S))
+    record["servers"] = [found_record(s) for s in servers.servers]
+    chosen = servers.chosen
+    record["attached"] = found_record(chosen) if chosen is not None else None
+    record["_chosen"] = chosen
+    if chosen is not None:
+        endpoint = endpoint_of(chosen)
+        return {endpoint.source: endpoint.probe(job.timeout)}, describe_found(servers)
     found = discover(timeout=min(job.timeout, DISCOVERY_TIMEOUT_S))
     probes = {source: (reading, SlotsRead()) for source, reading in found.readings.items()}
     if found.readings[LLAMA_SERVER].status == "ok":  # again, with /slots' progress for a live rate
@@ -89,8 +124,18 @@ def _verdict(job: AttachJob, latest: dict[str, ServerReading], sample: Any) -> t
     return False, f"no server could be read ({problems})" if problems else "no server to read"
 
 
+def _attached_settings(found: dict[str, Any]) -> dict[str, str]:
+    attached = found.get("attached")
+    if not attached:
+        return {}
+    return {name: s["value"] for name, s in attached["settings"].items()}
+
+
 def endpoint_record(
-    reading: ServerReading, later: ServerReading | None = None, live: LiveRate | None = None
+    reading: ServerReading,
+    later: ServerReading | None = None,
+    live: LiveRate | None = None,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A reading as ``--once --json`` reports it, with decode/prompt tok/s or the reason there are none."""
     latest = later or reading
@@ -103,7 +148,7 @@ def endpoint_record(
     }
     record.update(_rates(reading, later, live))
     if latest.source == LLAMA_SERVER:
-        record.update(_llama_fields(latest))
+        record.update(_llama_fields(latest, settings or {}))
     else:
         record["models"] = [_model_record(m) for m in latest.models]
     record["reasons"] = dict(latest.reasons)
@@ -162,7 +207,7 @@ def _rate_or_average(
     return None, None, NOTHING_GENERATED
 
 
-def _llama_fields(r: ServerReading) -> dict[str, Any]:
+def _llama_fields(r: ServerReading, settings: dict[str, str]) -> dict[str, Any]:
     return {
         "requests_processing": r.requests_processing,
         "tokens_predicted_total": r.tokens_predicted_total,
@@ -170,11 +215,11 @@ def _llama_fields(r: ServerReading) -> dict[str, Any]:
         "prompt_tokens_total": r.prompt_tokens_total,
         "prompt_seconds_total": r.prompt_seconds_total,
         "slots": [_slot_record(s) for s in r.slots],
-        "context_in_effect": context_in_effect(r.slots),
+        "context_in_effect": context_in_effect(r.slots, settings.get("kv_unified")),
     }
 
 
-def context_in_effect(slots: Sequence[SlotReading]) -> dict[str, Any] | None:
+def context_in_effect(slots: Sequence[SlotReading], unified_setting: str | None = None) -> dict[str, Any] | None:
     """The context a request really gets: each slot's own n_ctx. With a unified cache (llama-server's
     default without -np) every slot reports the whole pool; split (-np without --kv-unified), each
     reports its share, n_ctx / slots padded to 256. The server does not say which: the slots prove
@@ -184,15 +229,19 @@ def context_in_effect(slots: Sequence[SlotReading]) -> dict[str, Any] | None:
         return None
     per_slot, n = min(sizes), len(slots)
     held = sum(s.tokens_used or 0 for s in slots)
-    split = n > 1 and held > per_slot
-    if n == 1:
+    split = n > 1 and (held > per_slot or unified_setting == "false")
+    if n > 1 and unified_setting == "true":
+        unified, total = True, per_slot
+        text = f"{n} slots draw on one pool of {per_slot:,} cells (unified KV cache, read from the server's flags)"
+    elif n == 1:
         unified, total = None, per_slot
         text = f"1 slot, up to {per_slot:,} tokens"
     elif split:
         unified, total = False, per_slot * n
-        text = (
-            f"n_ctx {per_slot:,} per slot, {n} slots share {total:,} (split: the slots hold {held:,} "
-            f"tokens together, more than one slot's n_ctx)"
+        text = f"n_ctx {per_slot:,} per slot, {n} slots share {total:,} (split: " + (
+            "read from the server's flags)"
+            if unified_setting == "false"
+            else f"the slots hold {held:,} tokens together, more than one slot's n_ctx)"
         )
     else:
         unified, total = None, None
@@ -228,3 +277,79 @@ def _model_record(model: Any) -> dict[str, Any]:
     if record["in_ram_pct"]:
         record["text"] = f"{record['in_ram_pct']:.0f} % of the model in system RAM"
     return record
+
+
+def found_record(server: FoundServer) -> dict[str, Any]:
+    """A found server as JSON: where, how it was found, its settings by name with their sources."""
+    record = to_plain(server)
+    record["settings"] = {s.name: {"value": s.value, "source": s.source} for s in server.settings}
+    record["text"] = found_line(server)
+    return record
+
+
+def list_servers(timeout: float) -> tuple[dict[str, Any], str]:
+    """``attach --list``: every server found (JSON record, and text: one line each, settings under)."""
+    servers = find_servers(timeout=min(timeout, DISCOVERY_TIMEOUT_S))
+    chosen = servers.chosen
+    record = {
+        "servers": [found_record(s) for s in servers.servers],
+        "attached": chosen.url if chosen is not None else None,
+        "text": describe_found(servers),
+    }
+    lines = [describe_found(servers)]
+    for s in servers.servers:
+        mark = "*" if s is chosen else "-"
+        lines.append(f"{mark} {found_line(s)}")
+        lines.extend(f"    {setting_text(x)}" for x in s.settings)
+    return record, "\n".join(lines)
+
+
+def pool_record(reading: ServerReading, attached: dict[str, Any]) -> dict[str, Any] | None:
+    """The context pool gauge of one reading: cells in use against what runs out first, red where
+    the server's log (written within the last minute) says requests failed for lack of cells."""
+    settings = {name: s["value"] for name, s in attached["settings"].items()}
+    pool, unified = settings.get("pool_ctx"), settings.get("kv_unified")
+    if pool is None or unified is None:
+        return None
+    logged = recent_failures(attached["pid"], POOL_FAILURE_HOLD_S, time.time()) if attached.get("pid") else None
+    slot_ctx = settings.get("slot_ctx")
+    gauge = pool_gauge(
+        [s.tokens_used for s in reading.slots],
+        unified == "true",
+        int(pool),
+        int(slot_ctx) if slot_ctx else None,
+        failing=bool(logged and logged.failures),
+    )
+    if gauge is None:
+        return None
+    return {
+        "tokens": gauge.tokens,
+        "max_context": gauge.max_context,
+        "fraction": round(gauge.fraction, 4),
+        "level": gauge.level,
+        "unified": unified == "true",
+        "what": gauge.tier,
+        "failing": gauge.failing,
+        "context_failures_in_log": logged.failures if logged else None,
+        "log": logged.note if logged else "no process to read a log from",
+        "note": gauge.note,
+    }
+
+
+def memory_record(readings: list[ServerMemory], sample: Any, problem: str) -> dict[str, Any] | None:
+    """The attached server's memory split (two readings ``interval`` apart give the growth rate)."""
+    split = memory_split(readings, sample.ram_room_bytes, gpus=sample.gpus)
+    if split is None:
+        return {"reason": problem or "not read"}
+    return to_plain(split) | {"text": split.text()}
+
+
+def memory_limit(pool_ctx: int, per_cell: float, sample: Any) -> dict[str, Any]:
+    """The largest -c this server could have before the memory cliff: its pool now plus as many
+    cells as the room RAM (or the cgroup) has left above the reserve holds."""
+    room = sample.ram_room_bytes - default_reserve(sample.ram_capacity_bytes)
+    return {
+        "tokens": max(0, int(pool_ctx + room / per_cell)),
+        "basis": "theory + measured base: KV bytes per cell from the GGUF header and flags, and the room "
+        "RAM has left now above the reserve",
+    }

@@ -33,7 +33,9 @@ from cliff_tui.events import (
     RunProgress,
     RunStarted,
     Sample,
+    ServerMemory,
     ServerReading,
+    ServersFound,
     TargetChosen,
     TriangulationPlanned,
 )
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from cliff_tui.analysis.gauge import CliffGauge
+    from cliff_tui.analysis.server_memory import MemorySplit
 
 SAYS_NOTHING_OF_THE_SIGNS = (LogLine, Notice, GeneratedText, Alert)
 
@@ -109,6 +112,10 @@ class Store:
             self.signs.session_watch.kv_on_gpu = servers.kv_on_gpu
         elif isinstance(event, MeasuredCapacity):
             servers.measured_capacity(event)
+        elif isinstance(event, ServersFound):
+            servers.servers_found(event)
+        elif isinstance(event, ServerMemory):
+            servers.remembered(event)
         elif isinstance(event, LogLine):
             self.messages.log.append(event)
         elif isinstance(event, Notice):
@@ -208,11 +215,23 @@ class Store:
             return view.gauge(self.runs.triangulations().get(view.started.settings.cache_label))
         m, shown = self.servers.measured, self.servers.shown
         slots = [slot.tokens_used for slot in shown.slots if slot.tokens_used is not None] if shown else []
-        if m is None or not slots:
+        if m is None:
+            return self.servers.pool_gauge()
+        if not slots:
             return None
         from cliff_tui.analysis.gauge import CliffGauge
 
         return CliffGauge(max(slots), m.max_context, f"{m.tier}, {m.model} {m.kv_type}", "measured")
+
+    def server_memory(self) -> MemorySplit | None:
+        """The attached server's memory explained, its growth against what RAM has left."""
+        if not self.servers.memory:
+            return None
+        from cliff_tui.analysis.server_memory import memory_split
+
+        s = self.machine.latest
+        room = s.ram_room_bytes if s is not None else None
+        return memory_split(list(self.servers.memory), room, gpus=s.gpus if s is not None else ())
 
     # --- rebuilding -------------------------------------------------------------------------
 

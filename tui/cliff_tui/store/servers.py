@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from typing import TYPE_CHECKING
 
 from cliff_tui.analysis import thresholds as th
-from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, ServerReading
-from cliff_tui.records import DecodePoint
+from cliff_tui.events import (
+    ATTACH_RUN_ID,
+    DecodeWindow,
+    MeasuredCapacity,
+    ServerMemory,
+    ServerReading,
+    ServersFound,
+)
+from cliff_tui.records import DecodePoint, FoundServer
+
+if TYPE_CHECKING:
+    from cliff_tui.analysis.gauge import CliffGauge
 
 ServerKey = tuple[str, str]  # (source, url)
 POINTS_KEPT = 2000  # decode windows of the attached servers
+POOL_POINTS_KEPT = 600  # the attached server's cells in use, one per reading
 
 
 class ServersState:
@@ -20,9 +32,19 @@ class ServersState:
         self.measured: MeasuredCapacity | None = None  # what an attached server's slots are held against
         self.points: deque[DecodePoint] = deque(maxlen=POINTS_KEPT)
         self.last_window: DecodeWindow | None = None
+        self.found: ServersFound | None = None  # what attach found on this machine, and follows
+        self.last_failure_t: float | None = None  # when the attached server's log last said a request failed
+        self.pool_points: deque[tuple[float, int]] = deque(maxlen=POOL_POINTS_KEPT)
+        self.memory: deque[ServerMemory] = deque(maxlen=POOL_POINTS_KEPT)  # the attached server's
 
     def read(self, e: ServerReading) -> None:
+        before = self.readings.get((e.source, e.url))
         self.readings[(e.source, e.url)] = e
+        if e.context_failures and (before is None or (before.context_failures or 0) < e.context_failures):
+            self.last_failure_t = e.t
+        held = [slot.tokens_used for slot in e.slots if slot.tokens_used is not None]
+        if held and self.attached is not None and self.attached.url == e.url:
+            self.pool_points.append((e.t, sum(held)))
 
     def decoded(self, e: DecodeWindow) -> None:
         if e.run_id != ATTACH_RUN_ID:
@@ -30,6 +52,50 @@ class ServersState:
         self.last_window = e
         if e.n_tokens > 0 and e.tok_s > 0:
             self.points.append(DecodePoint(e.depth, 1000.0 / e.tok_s, e.n_tokens, "depth"))
+
+    def remembered(self, e: ServerMemory) -> None:
+        if self.memory and self.memory[-1].pid != e.pid:
+            self.memory.clear()  # another process: its growth starts again
+        self.memory.append(e)
+
+    def servers_found(self, e: ServersFound) -> None:
+        self.found = e
+
+    @property
+    def attached(self) -> FoundServer | None:
+        """The found server attach follows, with its settings."""
+        if self.found is None:
+            return None
+        return next((s for s in self.found.servers if s.url == self.found.attached), None)
+
+    def pool_gauge(self) -> CliffGauge | None:
+        """The attached server's context pool, from its settings and its slots."""
+        server, shown = self.attached, self.shown
+        if server is None or shown is None or shown.url != server.url:
+            return None
+        values = {s.name: s.value for s in server.settings}
+        pool = _int(values.get("pool_ctx"))
+        if pool is None or "kv_unified" not in values:
+            return None
+        held = [slot.tokens_used for slot in shown.slots]
+        from cliff_tui.analysis.gauge import pool_gauge
+
+        failing = self.last_failure_t is not None and shown.t - self.last_failure_t <= th.POOL_FAILURE_HOLD_S
+        return pool_gauge(
+            held,
+            values["kv_unified"] == "true",
+            pool,
+            _int(values.get("slot_ctx")),
+            failing=failing,
+            growth_per_s=self._pool_growth(shown.t),
+        )
+
+    def _pool_growth(self, now: float) -> float | None:
+        """Cells per second the pool gained over the recent window (first to last point)."""
+        points = [p for p in self.pool_points if now - p[0] <= th.POOL_GROWTH_WINDOW_S]
+        if len(points) < 2 or points[-1][0] - points[0][0] <= 0:
+            return None
+        return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
 
     def measured_capacity(self, e: MeasuredCapacity) -> None:
         self.measured = e
@@ -70,3 +136,10 @@ class ServersState:
         ref = [dataclasses.replace(p, phase="probe") for p in points[: -th.CONFIRMING_WINDOWS]]
         rate = sum(p.n_tokens for p in recent) / sum(p.n_tokens * p.ms_per_token / 1000 for p in recent)
         return 1000.0 / points[0].ms_per_token, rate, recent[-1].depth, ref + recent
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

@@ -233,8 +233,10 @@ class CliffApp(App):
         header = ([gauge] if gauge else []) + [signs] + ([notice] if notice else [])
         views.header.show_parts(tuple(_line_part(line) for line in header))
         views.tiers.show_parts(self._tier_parts())
-        progress = self._progress_line()
-        views.progress.show_parts((_line_part(progress),))
+        lines = [self._progress_line()]
+        if self.mode == "attach" and self.session.player is None:
+            lines += render.attached_lines(self.store)
+        views.progress.show_parts(tuple(_line_part(line) for line in lines))
         self._draw_error()
         if self._has_projection():
             self._layout_for(self.size)

@@ -17,13 +17,14 @@ from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.cpu_quota import QuotaUse
 from cliff_tui.analysis.signs import SignState
 from cliff_tui.events import Sample
-from cliff_tui.records import GpuReading, ProcessReading
+from cliff_tui.records import FoundServer, GpuReading, ProcessReading
 from cliff_tui.store import Store
 from cliff_tui.text import inert
 from cliff_tui.ui.graph import Graph, line_cells, zoom_range
 from cliff_tui.units import GiB, MiB, fmt_bytes, fmt_duration, fmt_rate, fmt_share, fmt_tok_s
 
 if TYPE_CHECKING:
+    from cliff_tui.analysis.gauge import CliffGauge
     from cliff_tui.ui.widgets import Part
 
 GREEN, AMBER, RED, DIM = Style(color="green"), Style(color="yellow"), Style(color="red"), Style(dim=True)
@@ -437,7 +438,11 @@ def gauge_line(p: Store) -> Parts:
     filled = min(GAUGE_CELLS, round(gauge.fraction * GAUGE_CELLS))
     if gauge.tokens > 0:
         filled = max(filled, 1)
-    source = "measured" if gauge.source == "measured" else "from this run's KV cache"
+    if gauge.failing:
+        filled = GAUGE_CELLS
+    source = {"measured": "measured", "this run": "from this run's KV cache", "context pool": "server flags + /slots"}[
+        gauge.source
+    ]
     return [
         (" cliff ", BOLD),
         ("▕", DIM),
@@ -445,14 +450,28 @@ def gauge_line(p: Store) -> Parts:
         ("░" * (GAUGE_CELLS - filled), DIM),
         ("▏ ", DIM),
         (
-            f"{gauge.tokens:,} tokens: past the cliff at ~{_about(gauge.max_context):,}"
-            if gauge.level == "red"
-            else f"{gauge.tokens:,} of ~{_about(gauge.max_context):,} tokens before the cliff",
+            _gauge_words(gauge),
             style,
         ),
         (f" · {gauge.fraction:.0%}" if gauge.fraction >= 0.01 or not gauge.tokens else " · <1%", style),
         (f"  on {gauge.tier} ({source})", DIM),
+        *([(f"; {gauge.note}", DIM)] if gauge.note else []),
     ]
+
+
+def _gauge_words(gauge: CliffGauge) -> str:
+    if gauge.source == "context pool":
+        text = f"{gauge.tokens:,} of {gauge.max_context:,} cells in use"
+        if gauge.failing:
+            text += ": requests fail, no free cells (Context size has been exceeded)"
+        elif gauge.level == "red":
+            text += ": the context is full"
+        if gauge.seconds_to_full is not None and not gauge.failing:
+            text += f", full in ~{fmt_duration(gauge.seconds_to_full)} at this growth"
+        return text
+    if gauge.level == "red":
+        return f"{gauge.tokens:,} tokens: past the cliff at ~{_about(gauge.max_context):,}"
+    return f"{gauge.tokens:,} of ~{_about(gauge.max_context):,} tokens before the cliff"
 
 
 def _about(n: int) -> int:
@@ -503,6 +522,41 @@ def progress_line(p: Store) -> Parts:
 def _cliff_words(r) -> str:
     cliff = r.cliff
     return f"{cliff.level}: {cliff.text}" if cliff is not None else f"{r.verdict.level}: {r.verdict.text}"
+
+
+SHOWN_SETTINGS = ("ctx_size", "parallel", "kv_unified", "cache_type_k", "cache_type_v", "flash_attn", "n_gpu_layers")
+SHOWN_ALWAYS = ("kv_unified", "cache_ram", "ctx_checkpoints")
+
+
+def attached_lines(p: Store) -> list[Parts]:
+    """Under the server line: how the attached server was found, its flags, its memory explained."""
+    found = p.servers.attached
+    if found is None:
+        return []
+    lines = [[(line, DIM if i == 0 else None)] for i, line in enumerate(_found_parts(found))]
+    split = p.server_memory()
+    if split is not None:
+        lines.append([(split.short_text(), None)])
+    return lines
+
+
+SHORT_SOURCES = {"command line": "flags", "environment": "env", "/props": "/props", "default": "defaults"}
+
+
+def _found_parts(found: FoundServer) -> list[str]:
+    """How the attached server was found, and its settings grouped by where they were read."""
+    parts = [f"found: {found.how}"]
+    groups: dict[str, list[str]] = {}
+    for x in found.settings:
+        if x.name in SHOWN_ALWAYS or (x.name in SHOWN_SETTINGS and not x.source.startswith("default")):
+            unit = "MiB" if x.name == "cache_ram" else ""
+            where = SHORT_SOURCES.get(x.source.split(" (")[0], x.source)
+            groups.setdefault(where, []).append(f"{x.name}={inert(x.value)}{unit}")
+    if groups:
+        parts.append(" · ".join(f"{where}: {' '.join(items)}" for where, items in groups.items()))
+    if found.unreadable:
+        parts.append(f"could not read {found.unreadable}")
+    return parts
 
 
 def server_line(p: Store) -> Parts:

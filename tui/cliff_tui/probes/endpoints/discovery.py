@@ -1,15 +1,33 @@
-"""Looking for llama-server and Ollama on their default loopback ports."""
+"""Looking for llama.cpp-family servers: by their processes and sockets (:func:`find_servers`),
+and llama-server and Ollama on their default loopback ports (:func:`discover`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from cliff_tui.events import ServerReading
 from cliff_tui.probes.endpoints import llama_server, ollama
+from cliff_tui.probes.endpoints.http import fetch
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, read_llama_server
 from cliff_tui.probes.endpoints.ollama import OLLAMA, read_ollama
+from cliff_tui.probes.endpoints.processes import (
+    LLAMA_SERVER_KIND,
+    LM_STUDIO,
+    OLLAMA_RUNNER,
+    OLLAMA_SERVE,
+    SPEAKS_LLAMA_SERVER,
+    ServerProcess,
+    find_server_processes,
+    is_llama_server_argv,
+    listening_ports,
+)
+from cliff_tui.probes.endpoints.server_flags import FLAGS, llama_server_settings
+from cliff_tui.records import FoundServer, ServerSetting
+from cliff_tui.text import inert
 
 DEFAULT_URLS = {LLAMA_SERVER: llama_server.DEFAULT_URL, OLLAMA: ollama.DEFAULT_URL}
 READERS: dict[str, Callable[..., ServerReading]] = {LLAMA_SERVER: read_llama_server, OLLAMA: read_ollama}
@@ -47,3 +65,171 @@ def describe_discovery(readings: dict[str, ServerReading]) -> str:
     if not any(is_found(r) for r in readings.values()):
         text += "; pass --llama-server URL or --ollama URL"
     return text
+
+
+# --- servers found by their processes ---------------------------------------------------------
+
+FALLBACK_PORTS = (8080, 9931, 11434, 1234)  # llama-server's old and new defaults, Ollama, LM Studio
+HIDDEN = (
+    "its process could not be read (another user's, or in another PID namespace): command line, "
+    "environment and memory unknown"
+)
+
+
+@dataclass(frozen=True)
+class Found:
+    """Every server found, the busiest first (the one attach follows); ``others`` may be empty."""
+
+    servers: list[FoundServer]
+
+    @property
+    def chosen(self) -> FoundServer | None:
+        readable = [s for s in self.servers if s.kind in ATTACHABLE and is_answering(s)]
+        return readable[0] if readable else None
+
+
+ATTACHABLE = (LLAMA_SERVER_KIND, OLLAMA_RUNNER, OLLAMA_SERVE)
+
+
+def is_answering(s: FoundServer) -> bool:
+    return s.status in ("ok", "no-metrics", "error")
+
+
+def find_servers(timeout: float = 1.0, *, ports: tuple[int, ...] = FALLBACK_PORTS) -> Found:
+    """Servers by their processes, then anything answering on the default ports that no process of
+    ours explained; each read once, ordered busiest first."""
+    found = _one_per_url([_read_process(p, timeout) for p in find_server_processes()])
+    covered = {urllib.parse.urlsplit(s.url).port for s in found if s.url}
+    owners = listening_ports()
+    for port in ports:
+        if port in covered:
+            continue
+        server = _read_port(port, owners, timeout)
+        if server is not None:
+            found.append(server)
+    found.sort(key=_busyness, reverse=True)
+    return Found(found)
+
+
+def _one_per_url(found: list[FoundServer]) -> list[FoundServer]:
+    """A runner and the server it started may name one URL: the one that listens is kept."""
+    by_url: dict[str, FoundServer] = {}
+    out = []
+    for s in found:
+        if not s.url:
+            out.append(s)
+        elif s.url not in by_url or "port from its flags" in by_url[s.url].how:
+            by_url[s.url] = s
+    return out + list(by_url.values())
+
+
+def _busyness(s: FoundServer) -> tuple[bool, bool, int, int]:
+    return (s.kind in ATTACHABLE and is_answering(s), s.status == "ok", s.processing, s.tokens_held)
+
+
+def _read_process(p: ServerProcess, timeout: float) -> FoundServer:
+    what, cmd = f"process {p.pid}", f"({_short_command(p.argv)})"
+    if p.url is None:
+        why = "; ".join(p.unreadable) or "it listens on no TCP port (still loading the model, or a UNIX socket)"
+        return FoundServer(p.kind, "", f"{what} {cmd}, not listening", p.pid, "unreachable", why, p.settings)
+    where = urllib.parse.urlsplit(p.url).netloc
+    how = f"{what}, port from its flags: {where} {cmd}" if p.ports_from_flags else f"{what} listening on {where} {cmd}"
+    server = FoundServer(p.kind, p.url, how, p.pid, settings=p.settings, unreadable="; ".join(p.unreadable))
+    return _read_api(server, timeout, argv=p.argv)
+
+
+def _read_port(port: int, owners: dict[int, int | None] | None, timeout: float) -> FoundServer | None:
+    url = f"http://127.0.0.1:{port}"
+    if owners is not None and port not in owners:
+        return None  # nothing listens there: not worth an HTTP try
+    kind = {11434: OLLAMA_SERVE, 1234: LM_STUDIO}.get(port, LLAMA_SERVER_KIND)
+    server = FoundServer(kind, url, f"default port {port} answered", None, unreadable=HIDDEN)
+    server = _read_api(server, timeout)
+    if kind == LLAMA_SERVER_KIND and server.status == "not-llama" and "Ollama" in server.message:
+        server = _read_api(dataclasses.replace(server, kind=OLLAMA_SERVE), timeout)
+    return server if server.status != "unreachable" else None
+
+
+def _read_api(server: FoundServer, timeout: float, argv: tuple[str, ...] = ()) -> FoundServer:
+    if server.kind in SPEAKS_LLAMA_SERVER:
+        return _read_llama(server, timeout, argv)
+    if server.kind == OLLAMA_SERVE:
+        r = read_ollama(server.url, timeout)
+        return dataclasses.replace(server, status=r.status, message=r.message)
+    path = "/api/v0/models" if server.kind == LM_STUDIO else "/v1/models"
+    reply = fetch(server.url + path, timeout)
+    if reply.status is None:
+        return dataclasses.replace(server, status="unreachable", message=reply.error or "no answer")
+    body = reply.json()
+    ok = reply.status == 200 and isinstance(body, dict) and isinstance(body.get("data"), list)
+    models = ", ".join(_model_words(m) for m in body["data"] if isinstance(m, dict) and _loaded(m)) if ok else ""
+    message = f"{path}: {models or 'no model loaded'}" if ok else f"{path} gave HTTP {reply.status}"
+    return dataclasses.replace(server, status="listed" if ok else "not-llama", message=message)
+
+
+def _loaded(model: dict) -> bool:
+    """LM Studio lists every downloaded model with its state; an OpenAI-style list, only loaded ones."""
+    return model.get("state", "loaded") == "loaded"
+
+
+def _model_words(model: dict) -> str:
+    context = model.get("loaded_context_length") or model.get("max_context_length")
+    return inert(str(model.get("id"))) + (f" (context {context:,})" if isinstance(context, int) else "")
+
+
+def _read_llama(server: FoundServer, timeout: float, argv: tuple[str, ...]) -> FoundServer:
+    r = read_llama_server(server.url, timeout)
+    props_reply = fetch(server.url + "/props", timeout) if r.status in ("ok", "no-metrics") else None
+    props = props_reply.json() if props_reply is not None and props_reply.status == 200 else None
+    settings = server.settings
+    if props is not None and (not argv or is_llama_server_argv(argv)):
+        settings = _with_props(server.settings, argv, props)
+    held = sum(s.tokens_used or 0 for s in r.slots)
+    busy = r.requests_processing or sum(1 for s in r.slots if s.processing)
+    return dataclasses.replace(
+        server, status=r.status, message=r.message, settings=settings, tokens_held=held, processing=busy
+    )
+
+
+def _with_props(settings: tuple[ServerSetting, ...], argv: tuple[str, ...], props: object) -> tuple[ServerSetting, ...]:
+    """Recomputed with /props; the environment already read stays as it was read."""
+    env = {f.env: s.value for s in settings for f in FLAGS if f.name == s.name and s.source.startswith("environment")}
+    fresh = llama_server_settings(argv, env, props)
+    if argv:
+        return fresh
+    return tuple(s for s in fresh if s.source.startswith("/props"))
+
+
+def _short_command(argv: tuple[str, ...], limit: int = 60) -> str:
+    text = " ".join(os.path.basename(a) if "/" in a else a for a in argv)
+    return inert(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def describe_found(found: Found) -> str:
+    """One line: what attach follows and how it was found, and what else there is."""
+    chosen = found.chosen
+    if chosen is None:
+        if not found.servers:
+            return f"no llama.cpp server found (no such process; nothing on ports {_ports()})"
+        return "found, but none to attach to: " + "; ".join(found_line(s) for s in found.servers)
+    text = f"attached to {chosen.kind} at {chosen.url}: {chosen.how}"
+    others = [s for s in found.servers if s is not chosen]
+    if others:
+        text += f"; {len(others)} other{'s' if len(others) > 1 else ''} (attach --list)"
+    return text
+
+
+def found_line(s: FoundServer) -> str:
+    where = s.url or "no port"
+    line = f"{s.kind} {where} — {s.how} [{s.status}]"
+    if s.message:
+        line += f": {s.message}"
+    if s.unreadable:
+        line += (
+            f"; could not read {s.unreadable}" if not s.unreadable.startswith("its process") else f"; {s.unreadable}"
+        )
+    return line
+
+
+def _ports() -> str:
+    return ", ".join(str(p) for p in FALLBACK_PORTS)

@@ -1,0 +1,69 @@
+"""``cliff-tui attach`` next to a real llama-server on a random port, on the real Textual app at
+120×40: the server found by its process, its flags, its memory split and the context-pool gauge,
+without a key; then the server dies mid-attach: one line, and the screen keeps going."""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+
+import pytest
+
+from cliff_tui.jobs.attach import AttachJob
+from cliff_tui.probes.endpoints import discovery
+from cliff_tui.probes.sampler import Sampler
+from cliff_tui.session import Session
+from cliff_tui.ui.app import CliffApp
+from llama_server import post_json, started_llama_server, stop
+
+_TEXT_RE = re.compile(r'<text [^>]*clip-path="url\(#terminal-\d+-line-(\d+)\)">([^<]*)</text>')
+
+
+def screen_text(app: CliffApp) -> str:
+    lines: dict[int, str] = {}
+    for number, text in _TEXT_RE.findall(app.export_screenshot()):
+        lines[int(number)] = lines.get(int(number), "") + html.unescape(text).replace("\xa0", " ")
+    return "\n".join(lines[k] for k in sorted(lines))
+
+
+async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.1)
+
+
+@pytest.mark.model
+@pytest.mark.slow
+async def test_attach_shows_the_server_its_flags_memory_and_pool_then_survives_its_death(tmp_path, monkeypatch):
+    with started_llama_server(tmp_path, "-np", "2", "--kv-unified", "--cache-ram", "128", ctx="2048") as server:
+        real_find = discovery.find_servers
+
+        def only_ours(*args, **kwargs):  # other servers may run on this machine: follow the test's
+            return discovery.Found([s for s in real_find(*args, **kwargs).servers if s.pid == server.proc.pid])
+
+        monkeypatch.setattr("cliff_tui.jobs.attach.find_servers", only_ours)
+        body = {"messages": [{"role": "user", "content": "Name three rivers."}], "max_tokens": 8}
+        post_json(server.url + "/v1/chat/completions", body)
+        job = AttachJob.from_args(None, None, interval=0.25, timeout=2.0)
+        app = CliffApp("attach", Session(sampler=Sampler(), job=job, interval=0.25))
+        async with app.run_test(size=(120, 40)) as pilot:
+            try:
+                await wait_for(pilot, lambda: "cells in use" in screen_text(app) and "RSS" in screen_text(app), 15)
+            except AssertionError:
+                print(screen_text(app))
+                raise
+            text = screen_text(app)
+            flat = " ".join(text.split())
+            assert f"127.0.0.1:{server.port}" in flat and f"process {server.proc.pid}" in flat
+            assert "flags: ctx_size=2048 parallel=2" in flat and "cache_ram=128MiB kv_unified=true" in flat
+            assert "mapped + KV 45.0 MiB + other" in flat and "/ --cache-ram 128 MiB" in flat
+            assert "of 2,048 cells in use" in flat and "unified KV" in flat
+            stop(server.proc)
+            await wait_for(pilot, lambda: "unreachable" in " ".join(screen_text(app).split()))
+            after = " ".join(screen_text(app).split())
+            assert f"llama-server http://127.0.0.1:{server.port} unreachable" in after
+            await pilot.pause(1.0)
+            assert app.is_running and "Traceback" not in screen_text(app)

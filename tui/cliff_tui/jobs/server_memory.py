@@ -1,0 +1,85 @@
+"""A found server's memory readings: its process's split, and the KV cache its model's GGUF header
+and its flags size (the theory ``fit`` uses)."""
+
+from __future__ import annotations
+
+import time
+
+from cliff_tui.analysis.theory import KvSettings, kv_total_bytes
+from cliff_tui.errors import CliffError
+from cliff_tui.events import ServerMemory
+from cliff_tui.probes.endpoints.server_memory import read_process_memory
+from cliff_tui.records import FoundServer
+from cliff_tui.units import MiB
+
+
+class MemoryProbe:
+    def __init__(self, server: FoundServer) -> None:
+        assert server.pid is not None
+        self.pid = server.pid
+        self.url = server.url
+        values = {s.name: s.value for s in server.settings}
+        self.model_path = values.get("model") if values.get("model", "none") != "none" else None
+        self.kv_bytes, self.per_cell = kv_of(self.model_path, values)
+        self.cache_ram = _cache_ram(values.get("cache_ram"))
+        self.problem = ""
+
+    def read(self) -> ServerMemory | None:
+        memory = read_process_memory(self.pid, self.model_path)
+        if isinstance(memory, str):
+            self.problem = memory
+            return None
+        return ServerMemory(
+            time.time(),
+            self.url,
+            self.pid,
+            memory.rss,
+            memory.anon,
+            memory.file,
+            memory.shmem,
+            memory.model_mapped,
+            self.kv_bytes,
+            self.per_cell,
+            self.cache_ram,
+        )
+
+
+def kv_of(model_path: str | None, values: dict[str, str]) -> tuple[int | None, float | None]:
+    """The KV cache's bytes and bytes per cell, or (None, None) where the header is unreadable."""
+    if model_path is None:
+        return None, None
+    from cliff_tui.engine.gguf_meta import read_model_info
+
+    try:
+        info = read_model_info(model_path)
+        pool = _int(values.get("pool_ctx")) or 0
+        settings = KvSettings(
+            n_ctx=pool,
+            type_k=values.get("cache_type_k", "f16"),
+            type_v=values.get("cache_type_v", "f16"),
+            flash_attn=values.get("flash_attn", "auto") if values.get("flash_attn") in ("on", "off") else "auto",  # type: ignore[arg-type]
+            swa_full=values.get("swa_full") == "true",
+            n_seq=_int(values.get("slots")) or 1,
+            kv_unified=values.get("kv_unified") == "true",
+        )
+        total = kv_total_bytes(info, settings)
+    except (OSError, ValueError, CliffError):
+        return None, None
+    if total is None:
+        return None, None
+    cells = pool or info.n_ctx_train or 0
+    return total, (total / cells if cells else None)
+
+
+def _cache_ram(value: str | None) -> int | None:
+    mib = _int(value)
+    if mib is None or mib < 0:
+        return None
+    return mib * MiB
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
