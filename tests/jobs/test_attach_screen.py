@@ -4,10 +4,6 @@ without a key; then the server dies mid-attach: one line, and the screen keeps g
 
 from __future__ import annotations
 
-import html
-import re
-import time
-
 import pytest
 
 from cliff_tui.jobs.attach import AttachJob
@@ -16,23 +12,7 @@ from cliff_tui.probes.sampler import Sampler
 from cliff_tui.session import Session
 from cliff_tui.ui.app import CliffApp
 from llama_server import post_json, started_llama_server, stop
-
-_TEXT_RE = re.compile(r'<text [^>]*clip-path="url\(#terminal-\d+-line-(\d+)\)">([^<]*)</text>')
-
-
-def screen_text(app: CliffApp) -> str:
-    lines: dict[int, str] = {}
-    for number, text in _TEXT_RE.findall(app.export_screenshot()):
-        lines[int(number)] = lines.get(int(number), "") + html.unescape(text).replace("\xa0", " ")
-    return "\n".join(lines[k] for k in sorted(lines))
-
-
-async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the app")
-        await pilot.pause(0.1)
+from screen import screen_text, wait_for
 
 
 @pytest.mark.model

@@ -111,18 +111,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def real_llama_server(tmp_path_factory):
-    binary = find_llama_server()
-    if binary is None:
-        unavailable(
-            "no llama-server binary: set LLAMA_SERVER, put one on PATH, or run "
-            "scripts/build_llama_tools.sh llama-server"
-        )
-    from cliff_tui.engine.default_model import default_model_path
-
-    try:
-        model = default_model_path()
-    except BadInput as exc:
-        unavailable(str(exc))
+    binary, model = llama_server_paths()
     port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
     with open(log, "wb") as out:
@@ -153,9 +142,4 @@ def real_llama_server(tmp_path_factory):
         wait_healthy(url, proc)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import html
 import os
 import re
 import time
@@ -22,24 +21,7 @@ from cliff_tui.session import Session
 from cliff_tui.ui import app as app_module
 from cliff_tui.ui.app import CliffApp
 from cliff_tui.units import GiB
-
-_TEXT_RE = re.compile(r'<text [^>]*clip-path="url\(#terminal-\d+-line-(\d+)\)">([^<]*)</text>')
-
-
-def screen_text(app: CliffApp) -> str:
-    """What a person sees: the screenshot's text, line by line."""
-    lines: dict[int, str] = {}
-    for number, text in _TEXT_RE.findall(app.export_screenshot()):
-        lines[int(number)] = lines.get(int(number), "") + html.unescape(text).replace("\xa0", " ")
-    return "\n".join(lines[k] for k in sorted(lines))
-
-
-async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the app")
-        await pilot.pause(0.1)
+from screen import screen_text, wait_for
 
 
 async def test_watch_shows_ram_says_why_no_vram_and_quits_fast():

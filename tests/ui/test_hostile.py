@@ -23,8 +23,9 @@ from cliff_tui.session import Session
 from cliff_tui.text import inert
 from cliff_tui.ui.app import CliffApp
 from hostile import EVIL, hostile_text
+from screen import screen_text
 from tiny_model import write_tiny_llama
-from ui.test_app import replay_to_the_end, screen_text
+from ui.test_app import replay_to_the_end
 from ui.test_terminal import Terminal
 
 HOSTILE_RECORDING = Path(__file__).parents[1] / "data" / "hostile.jsonl"

@@ -15,8 +15,8 @@ from cliff_tui.session import Session
 from cliff_tui.ui import textual_private
 from cliff_tui.ui.app import CliffApp
 from cliff_tui.ui.terminal import QuietLinuxDriver, terminal_driver
+from screen import screen_text, wait_for
 from textual_names import CLASS_NAMES, MODULE_NAMES, NAMES, without
-from ui.test_app import screen_text, wait_for
 from ui.test_terminal import Terminal
 
 NAMES_SCRIPT = Path(__file__).parents[1] / "support" / "textual_names.py"
