@@ -4,14 +4,12 @@ a URL and without ``--from``, turns amber before the first request fails and red
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
+from chat import chat_turn, document_turns
 from cliff_tui.analysis.gauge import pool_gauge
 from cliff_tui.jobs.attach import AttachJob
 from cliff_tui.jobs.attach_once import attach_once
@@ -20,10 +18,8 @@ from cliff_tui.probes.sampler import Sampler
 from cliff_tui.store import Store
 from cliff_tui.ui.render import gauge_line
 from llama_server import started_llama_server
-from paths import ROOT
 
 POOL = 2048
-TURN_CHARS = 60  # of the document per user turn: a step of about 5 % of the pool for four chats
 
 
 def test_a_unified_pool_counts_every_slot_and_a_split_one_the_fullest():
@@ -35,42 +31,6 @@ def test_a_unified_pool_counts_every_slot_and_a_split_one_the_fullest():
     assert pool_gauge([10, 10], True, 2048, None, failing=True).level == "red"
     growing = pool_gauge([1000], True, 2048, None, growth_per_s=8.0)
     assert growing.seconds_to_full == pytest.approx(131.0)
-
-
-def document_turns() -> list[str]:
-    text = " ".join((ROOT / "README.md").read_text().split())
-    return [text[i : i + TURN_CHARS] for i in range(0, len(text), TURN_CHARS)]
-
-
-def chat(url: str, messages: list[dict]) -> tuple[int, str]:
-    body = json.dumps({"messages": messages, "max_tokens": 4, "temperature": 0}).encode()
-    request = urllib.request.Request(
-        url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    )
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=120) as reply:
-            return 200, json.loads(reply.read())["choices"][0]["message"]["content"]
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-
-
-def one_turn(url: str, chats: list[list[dict]], text: list[str]) -> list[tuple[int, str]]:
-    """Each conversation's next user turn, all four at once (the server batches them)."""
-    answers: list[tuple[int, str]] = [(0, "")] * len(chats)
-
-    def send(i: int) -> None:
-        chats[i].append({"role": "user", "content": text[i]})
-        answers[i] = chat(url, chats[i])
-        if answers[i][0] == 200:
-            chats[i].append({"role": "assistant", "content": answers[i][1]})
-
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(chats))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return answers
 
 
 @pytest.mark.model
@@ -98,7 +58,7 @@ def run_until_failure(url: str, events: list, lock: threading.Lock):
     levels: dict[str, list[str]] = {"screen": [], "json": []}
     for turn in range(60):
         text = [turns[(turn * 4 + i) % len(turns)] for i in range(4)]
-        answers = one_turn(url, chats, text)
+        answers = chat_turn(url, chats, text)
         failed = any(code != 200 for code, _ in answers)
         store = store_after_a_poll(events, lock)
         gauge = store.gauge()
@@ -164,7 +124,7 @@ def test_a_long_chat_s_host_memory_is_explained(tmp_path, monkeypatch):
             chats = [[{"role": "system", "content": "Summarise each part in one line."}] for _ in range(4)]
             turns = document_turns()
             for turn in range(8):
-                answers = one_turn(server.url, chats, [turns[(turn * 4 + i) % len(turns)] for i in range(4)])
+                answers = chat_turn(server.url, chats, [turns[(turn * 4 + i) % len(turns)] for i in range(4)])
                 assert all(code == 200 for code, _ in answers), answers
             store = store_after_a_poll(events, lock)
             record, _ = attach_once(AttachJob.from_args(None, None, 0.2, 2.0), Sampler(), sleep=time.sleep)
