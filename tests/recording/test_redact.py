@@ -85,6 +85,8 @@ def test_the_redactor_rules():
     assert r.url("http://secret-box:8080") == "http://<host>:8080" and r.url("http://127.0.0.1:8080").endswith(":8080")
     assert r.url("http://[secret-box:8080") == "http://[<host>:8080"  # not a URL: redacted as text
     assert r.command(["--pid", str(PIDS[0]), "--record=/srv/private/r.jsonl"]) == ["--pid", "2", "--record=…/r.jsonl"]
+    found = {"settings": [{"name": "model", "value": "/opt/store/llama.gguf", "source": "command line (-m)"}]}
+    assert r.plain(found)["settings"][0]["value"] == "…/llama.gguf"  # a found server's flags are its command line
 
 
 @pytest.mark.parametrize("fmt", ["md", "csv", "json", "jsonl"])

@@ -2,7 +2,7 @@
 
 Replaced, in the header and in every event: the hostname (``<host>``), user paths
 (``/home/<user>/…``, ``/Users/<user>/…``, ``C:\\Users\\<user>\\…``, ``/root/…`` → ``~/…``), other
-absolute paths given on the command line or in a path field (→ ``…/<file name>``), a server URL's
+absolute paths given on the command line, in a path field or as a found server's setting (→ ``…/<file name>``), a server URL's
 host unless it is loopback, and PIDs (→ 1, 2, … in the order they appear, the same number for
 the same process all through). The header says what was redacted.
 
@@ -27,6 +27,7 @@ from cliff_tui.recording.reader import Recording, parse_recording
 HOST = "<host>"
 WHAT = ["hostname", "user paths", "command-line paths", "PIDs"]
 PATH_KEYS = frozenset({"path", "model_path", "prompt_file"})
+SETTING_VALUE = "value"  # a found server's setting: a path there came from its command line
 _HOMES = r"(?:/home/|/Users/|\b[A-Za-z]:\\Users\\)[^/\\\s'\"`(),;:]+|/root"
 _END = r"(?=[/\\\s'\"`(),;:]|$)"
 _PID_TEXT = re.compile(r"\b(pid|process)([\s=:]+)(\d+)\b", re.IGNORECASE)  # "PID 1234", "process 1234 has exited"
@@ -104,7 +105,7 @@ class Redactor:
         if isinstance(value, int) and not isinstance(value, bool) and key == "pid":
             return self.pid(value)
         if isinstance(value, str):
-            if key in PATH_KEYS:
+            if key in PATH_KEYS or (key == SETTING_VALUE and _is_absolute(value)):
                 return self.path(value)
             return self.url(value) if key == "url" else self.text(value)
         return value
