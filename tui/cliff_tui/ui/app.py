@@ -233,10 +233,7 @@ class CliffApp(App):
         header = ([gauge] if gauge else []) + [signs] + ([notice] if notice else [])
         views.header.show_parts(tuple(_line_part(line) for line in header))
         views.tiers.show_parts(self._tier_parts())
-        lines = [self._progress_line()]
-        if self.mode == "attach" and self.session.player is None:
-            lines += render.attached_lines(self.store)
-        views.progress.show_parts(tuple(_line_part(line) for line in lines))
+        views.progress.show_parts(tuple(_line_part(line) for line in self._progress_lines()))
         self._draw_error()
         if self._has_projection():
             self._layout_for(self.size)
@@ -348,12 +345,16 @@ class CliffApp(App):
             parts.append("PAUSED")
         return " · ".join(parts)
 
-    def _progress_line(self) -> render.Parts:
+    def _progress_lines(self) -> list[render.Parts]:
+        """The run's progress, or the attached server's line and what it is (live or replayed)."""
+        lines: list[render.Parts] = []
         if self.session.player is not None:
-            return [(self.session.player.cursor_line(), None)]
-        if self.mode == "attach" and self.store.servers.readings:
-            return render.server_line(self.store)
-        return render.progress_line(self.store)
+            lines.append([(self.session.player.cursor_line(), None)])
+        if self.store.servers.readings:
+            lines.append(render.server_line(self.store))
+        elif self.session.player is None:
+            lines.append(render.progress_line(self.store))
+        return lines + render.attached_lines(self.store)
 
     # --- actions --------------------------------------------------------------------------
 
