@@ -1,6 +1,7 @@
 """Render screenshots/*.svg from deterministic data: the demo sessions and a recorded real
-triangulation of SmolLM2 on this project's CPU machine; and screenshots/serve-browser.png, that
-recording replayed through ``cliff-tui serve`` in headless Chromium (skipped where Chromium is
+triangulation of SmolLM2 on this project's CPU machine, a recorded attach to a real llama-server
+whose context pool four chats fill; and screenshots/serve-browser.png, the
+triangulation replayed through ``cliff-tui serve`` in headless Chromium (skipped where Chromium is
 absent; a font with ⏸ in it, such as Debian's fonts-symbola, keeps that mark from being drawn as
 a box). Run: python scripts/make_screenshots.py"""
 
@@ -26,6 +27,7 @@ from cliff_tui.ui.app import CliffApp
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "screenshots"
 TRIANGULATION = ROOT / "tests" / "data" / "smollm2_triangulation.jsonl"
+ATTACH = ROOT / "tests" / "data" / "attach_chat.jsonl"  # scripts/record_attach_session.py
 
 
 async def shoot(app: CliffApp, name: str, size: tuple[int, int], keys: tuple[str, ...] = ()) -> None:
@@ -44,6 +46,12 @@ async def main() -> None:
     await shoot(
         CliffApp("replay", Session(recording=open_recording(TRIANGULATION))),
         "triangulate-smollm2.svg",
+        (120, 40),
+        keys=("space", "end"),
+    )
+    await shoot(
+        CliffApp("replay", Session(recording=open_recording(ATTACH))),
+        "attach-chat-pool.svg",
         (120, 40),
         keys=("space", "end"),
     )
