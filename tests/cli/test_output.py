@@ -148,3 +148,10 @@ def test_a_triangulation_refuses_a_pipe_as_its_prompt_file(tmp_path, tiny_model)
     assert proc.stderr.strip().splitlines()[-1] == (
         f"cliff-tui: {fifo} is a pipe: triangulate reads the prompt file once per depth, so pass a regular file"
     )
+
+
+def test_a_run_whose_context_does_not_fit_says_so_once(tiny_model):
+    done = run("run", "--headless", "-m", str(tiny_model), "-c", "2000000000", "--depth", "64", "-n", "8")
+    said = [line for line in done.stderr.splitlines() if "does not fit" in line]
+    assert done.returncode == 2 and len(said) == 1, done.stderr
+    assert said[0].startswith("cliff-tui: a context of 2,000,000,000 tokens does not fit: ")

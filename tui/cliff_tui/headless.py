@@ -20,8 +20,11 @@ from cliff_tui.units import fmt_bytes, fmt_duration
 
 
 class Headless:
-    def __init__(self, session: Session, *, stderr: TextIO | None = None) -> None:
+    def __init__(self, session: Session, *, stderr: TextIO | None = None, ends_on_failure: bool = False) -> None:
+        """``ends_on_failure``: a context that does not fit ends the job, and the program's error
+        line says it (``run``); else it is a point that failed and the job goes on (``triangulate``)."""
         self.session = session
+        self.ends_on_failure = ends_on_failure
         self.stderr = stderr or sys.stderr
         self._last_prefill_print = 0.0
         self.output_error: OSError | None = None  # standard output closed or full: the watch stopped
@@ -48,10 +51,13 @@ class Headless:
                 )
         elif isinstance(event, (Notice, Alert)):
             self._say(f"[{getattr(event, 'level', 'info')}] {_text(event)}")
-        elif isinstance(event, RunFailed) and event.kind == "does_not_fit":
+        elif isinstance(event, RunFailed) and event.kind == "does_not_fit" and not self._said_at_exit(event):
             self._say(f"[does not fit] {inert(event.message)}")
         elif isinstance(event, RunFailed) and event.oom is not None:
             self._say(f"[killed] {inert(event.message)}")
+
+    def _said_at_exit(self, event: RunFailed) -> bool:
+        return self.ends_on_failure and event.oom is None
 
     def _say(self, line: str) -> None:
         """A progress line; where standard error is full, the run goes on without them."""

@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     session = _session(args, job, queued=not args.headless)
     if not args.headless:
         return _tui(args, session)
-    if _run_headless(session) == "cancelled":
+    if _run_headless(session, ends_on_failure=True) == "cancelled":
         return EXIT_INTERRUPTED
     if not session.store.runs.results:
         return _killed_run(session, args.output)
@@ -371,10 +371,10 @@ def _exit_code(session) -> int:
     return EXIT_BAD_INPUT if session.recording_failure else 0
 
 
-def _run_headless(session) -> str:
+def _run_headless(session, ends_on_failure: bool = False) -> str:
     from cliff_tui.headless import Headless
 
-    return Headless(session).run_job()
+    return Headless(session, ends_on_failure=ends_on_failure).run_job()
 
 
 def _tui(args: argparse.Namespace, session) -> int:
