@@ -49,6 +49,7 @@ async def test_attach_shows_the_server_its_flags_memory_and_pool_then_survives_i
             await wait_for(pilot, lambda: "unreachable" in " ".join(screen_text(app).split()))
             after = " ".join(screen_text(app).split())
             assert f"llama-server http://127.0.0.1:{server.port} unreachable" in after
+            assert "before it stopped answering: RSS" in after  # its memory is the last one read, and says so
             await pilot.pause(1.0)
             assert app.is_running and "Traceback" not in screen_text(app)
 

@@ -536,7 +536,9 @@ def attached_lines(p: Store) -> list[Parts]:
     lines = [[(line, DIM if i == 0 else None)] for i, line in enumerate(_found_parts(found))]
     split = p.server_memory()
     if split is not None:
-        lines.append([(split.short_text(), None)])
+        reading = next((r for r in p.servers.readings.values() if r.url == found.url), None)
+        gone = reading is not None and reading.status != "ok" and reading.t > p.servers.memory[-1].t
+        lines.append([(("before it stopped answering: " if gone else "") + split.short_text(), DIM if gone else None)])
     return lines
 
 
