@@ -95,6 +95,18 @@ def btop_env(base: dict[str, str]) -> dict[str, str]:
     return {**base, "HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config")}
 
 
+def stop_all(terminals: list[Terminal], churn: subprocess.Popen | None) -> None:
+    """The RAM churner and every terminal's program, whatever happened."""
+    if churn is not None:
+        churn.kill()
+    for t in terminals:
+        t.proc.terminate()
+        try:
+            t.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            t.proc.kill()
+
+
 def drain(terminals: list[Terminal], seconds: float) -> None:
     end = time.monotonic() + seconds
     fds = {t.master: t for t in terminals}
@@ -334,14 +346,7 @@ def measure(cliff: str, btop: str | None, env: dict[str, str], args: argparse.Na
         report_threads(threads, terminals[0].threads(), time.monotonic() - start[terminals[0].name][2])
         return ratio
     finally:
-        if churn is not None:
-            churn.kill()
-        for t in terminals:
-            t.proc.terminate()
-            try:
-                t.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                t.proc.kill()
+        stop_all(terminals, churn)
 
 
 def report(terminals: list[Terminal], start: dict) -> float | None:
@@ -422,14 +427,7 @@ def ab_round(order: list[str], env: dict[str, str], args: argparse.Namespace) ->
             t.name: (t.cpu_seconds() - start[t.name][0]) / (time.monotonic() - start[t.name][1]) * 60 for t in terminals
         }
     finally:
-        if churn is not None:
-            churn.kill()
-        for t in terminals:
-            t.proc.terminate()
-            try:
-                t.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                t.proc.kill()
+        stop_all(terminals, churn)
 
 
 # cliff-tui's threads in the order they start: the sampler (where it reads a GPU; else the
