@@ -13,15 +13,9 @@ import pytest
 
 from cliff_tui.jobs.attach import AttachJob
 from cliff_tui.jobs.attach_once import attach_once, list_servers
+from cliff_tui.probes.endpoints import kinds
 from cliff_tui.probes.endpoints.discovery import find_servers
-from cliff_tui.probes.endpoints.processes import (
-    LLAMA_CPP_PYTHON,
-    LLAMA_SERVER_KIND,
-    LM_STUDIO,
-    OLLAMA_RUNNER,
-    OLLAMA_SERVE,
-    classify,
-)
+from cliff_tui.probes.endpoints.processes import classify
 from cliff_tui.probes.endpoints.server_flags import llama_server_settings
 from cliff_tui.probes.sampler import Sampler
 from fakes.http_server import Route
@@ -29,6 +23,13 @@ from fakes.servers import plain
 from llama_server import started_llama_server, stop
 from needs import unavailable
 from paths import ROOT
+
+LLAMA_CPP_PYTHON, LLAMA_SERVER_KIND, LM_STUDIO = (
+    kinds.LLAMA_CPP_PYTHON.name,
+    kinds.LLAMA_SERVER.name,
+    kinds.LM_STUDIO.name,
+)
+OLLAMA_RUNNER, OLLAMA_SERVE = kinds.OLLAMA_RUNNER.name, kinds.OLLAMA_SERVE.name
 
 PROPS = json.loads((ROOT / "tests" / "data" / "endpoints" / "llama_props_unified.json").read_text())
 
@@ -150,7 +151,9 @@ def test_attach_without_a_url_finds_the_servers_by_their_processes(two_servers):
     assert one.url in urls and two.url in urls
     assert f"127.0.0.1:{one.port}" in text and "cache_ram 256 MiB (command line (--cache-ram))" in text
 
-    once, _ = attach_once(AttachJob.from_args(None, None, 0.2, 2.0), Sampler(), sleep=lambda s: None)
+    once, _ = attach_once(
+        AttachJob.from_urls({"llama-server": None, "ollama": None}, 0.2, 2.0), Sampler(), sleep=lambda s: None
+    )
     json.dumps(once)
     listed = {s["pid"]: s for s in once["servers"]}
     assert listed[one.proc.pid]["settings"]["cache_ram"] == {"value": "256", "source": "command line (--cache-ram)"}

@@ -13,12 +13,15 @@ import time
 
 import pytest
 
+from cliff_tui.probes.endpoints import kinds
 from cliff_tui.probes.endpoints.discovery import find_servers
-from cliff_tui.probes.endpoints.processes import LLAMA_CPP_PYTHON, LM_STUDIO, OLLAMA_RUNNER, OLLAMA_SERVE
 from fakes.http_server import free_port
 from llama_server import llama_server_paths, stop, wait_healthy
 from needs import unavailable
 from paths import DATA
+
+LLAMA_CPP_PYTHON, LM_STUDIO = kinds.LLAMA_CPP_PYTHON.name, kinds.LM_STUDIO.name
+OLLAMA_RUNNER, OLLAMA_SERVE = kinds.OLLAMA_RUNNER.name, kinds.OLLAMA_SERVE.name
 
 
 def found_by_pid(pids: set[int], want: int, limit: float = 60) -> list:

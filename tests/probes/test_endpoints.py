@@ -98,7 +98,7 @@ def test_urls_are_normalised_to_the_server_base(given, base):
 )
 def test_a_password_in_the_url_is_refused_and_not_printed(url):
     with pytest.raises(BadInput, match="carries a user name or password") as refused:
-        AttachJob.from_args(url, None)
+        AttachJob.from_urls({"llama-server": url, "ollama": None})
     assert "hunter2" not in str(refused.value)
 
 
@@ -118,7 +118,7 @@ def test_bad_urls_are_bad_input_not_a_traceback(bad):
     with pytest.raises(BadUrl):
         normalise_url(bad)
     with pytest.raises(BadInput, match="--llama-server"):
-        AttachJob.from_args(bad, None)
+        AttachJob.from_urls({"llama-server": bad, "ollama": None})
 
 
 def test_network_errors_read_as_one_line():

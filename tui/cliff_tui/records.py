@@ -423,7 +423,8 @@ class FoundServer:
     url: str
     how: str  # how it was found, in words
     pid: int | None = None
-    status: str = "ok"  # as its API answered: ok, no-metrics, unreachable, not-llama, error, listed
+    # as its API answered: ok, no-metrics, unreachable, not-llama, error, listed; named: not read yet
+    status: str = "ok"
     message: str = ""
     settings: tuple[ServerSetting, ...] = ()
     unreadable: str = ""  # what could not be read about it, and why

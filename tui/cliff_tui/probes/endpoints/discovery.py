@@ -6,31 +6,30 @@ from __future__ import annotations
 import dataclasses
 import os
 import urllib.parse
-from collections.abc import Callable
 from dataclasses import dataclass
 
+import psutil
+
 from cliff_tui.events import ServerReading
-from cliff_tui.probes.endpoints import llama_server, ollama
-from cliff_tui.probes.endpoints.http import fetch
-from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, read_llama_server
-from cliff_tui.probes.endpoints.ollama import OLLAMA, read_ollama
-from cliff_tui.probes.endpoints.processes import (
-    LLAMA_SERVER_KIND,
-    LM_STUDIO,
-    OLLAMA_RUNNER,
+from cliff_tui.probes.endpoints.http import fetch, normalise_url
+from cliff_tui.probes.endpoints.kinds import (
+    APIS,
+    LLAMA_SERVER_API,
     OLLAMA_SERVE,
-    SPEAKS_LLAMA_SERVER,
-    ServerProcess,
-    find_server_processes,
+    Api,
+    Kind,
+    fallback_ports,
     is_llama_server_argv,
-    listening_ports,
+    kind_for_api,
+    kind_named,
+    kind_on_port,
 )
+from cliff_tui.probes.endpoints.processes import ServerProcess, find_server_processes, listening_ports
 from cliff_tui.probes.endpoints.server_flags import FLAGS, llama_server_settings
 from cliff_tui.records import FoundServer, ServerSetting
 from cliff_tui.text import inert
 
-DEFAULT_URLS = {LLAMA_SERVER: llama_server.DEFAULT_URL, OLLAMA: ollama.DEFAULT_URL}
-READERS: dict[str, Callable[..., ServerReading]] = {LLAMA_SERVER: read_llama_server, OLLAMA: read_ollama}
+DEFAULT_URLS = {name: api.default_url for name, api in APIS.items()}
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ def is_found(reading: ServerReading) -> bool:
 def discover(timeout: float = 1.0, urls: dict[str, str] | None = None) -> Discovery:
     """Look for llama-server on 8080 and Ollama on 11434 (loopback) and say what was found."""
     urls = urls or DEFAULT_URLS
-    readings = {source: READERS[source](url, timeout) for source, url in urls.items()}
+    readings = {source: APIS[source].probe(url, timeout).reading for source, url in urls.items()}
     found = {source: r.url for source, r in readings.items() if is_found(r)}
     return Discovery(found, readings, describe_discovery(readings))
 
@@ -69,7 +68,7 @@ def describe_discovery(readings: dict[str, ServerReading]) -> str:
 
 # --- servers found by their processes ---------------------------------------------------------
 
-FALLBACK_PORTS = (8080, 9931, 11434, 1234)  # llama-server's old and new defaults, Ollama, LM Studio
+FALLBACK_PORTS = fallback_ports()  # llama-server's old and new defaults, Ollama, LM Studio
 HIDDEN = (
     "its process could not be read (another user's, or in another PID namespace): command line, "
     "environment and memory unknown"
@@ -84,11 +83,13 @@ class Found:
 
     @property
     def chosen(self) -> FoundServer | None:
-        readable = [s for s in self.servers if s.kind in ATTACHABLE and is_answering(s)]
+        readable = [s for s in self.servers if attachable(s) and is_answering(s)]
         return readable[0] if readable else None
 
 
-ATTACHABLE = (LLAMA_SERVER_KIND, OLLAMA_RUNNER, OLLAMA_SERVE)
+def attachable(s: FoundServer) -> bool:
+    kind = kind_named(s.kind)
+    return kind is not None and kind.attachable
 
 
 def is_answering(s: FoundServer) -> bool:
@@ -124,7 +125,7 @@ def _one_per_url(found: list[FoundServer]) -> list[FoundServer]:
 
 
 def _busyness(s: FoundServer) -> tuple[bool, bool, int, int]:
-    return (s.kind in ATTACHABLE and is_answering(s), s.status == "ok", s.processing, s.tokens_held)
+    return (attachable(s) and is_answering(s), s.status == "ok", s.processing, s.tokens_held)
 
 
 def _read_process(p: ServerProcess, timeout: float) -> FoundServer:
@@ -142,21 +143,29 @@ def _read_port(port: int, owners: dict[int, int | None] | None, timeout: float) 
     url = f"http://127.0.0.1:{port}"
     if owners is not None and port not in owners:
         return None  # nothing listens there: not worth an HTTP try
-    kind = {11434: OLLAMA_SERVE, 1234: LM_STUDIO}.get(port, LLAMA_SERVER_KIND)
-    server = FoundServer(kind, url, f"default port {port} answered", None, unreadable=HIDDEN)
+    kind = kind_on_port(port)
+    server = FoundServer(kind.name, url, f"default port {port} answered", None, unreadable=HIDDEN)
     server = _read_api(server, timeout)
-    if kind == LLAMA_SERVER_KIND and server.status == "not-llama" and "Ollama" in server.message:
-        server = _read_api(dataclasses.replace(server, kind=OLLAMA_SERVE), timeout)
+    if kind.api is LLAMA_SERVER_API and server.status == "not-llama" and "Ollama" in server.message:
+        server = _read_api(dataclasses.replace(server, kind=OLLAMA_SERVE.name), timeout)
     return server if server.status != "unreachable" else None
 
 
 def _read_api(server: FoundServer, timeout: float, argv: tuple[str, ...] = ()) -> FoundServer:
-    if server.kind in SPEAKS_LLAMA_SERVER:
+    kind = kind_named(server.kind)
+    if kind is None:
+        return server
+    if kind.api is LLAMA_SERVER_API:
         return _read_llama(server, timeout, argv)
-    if server.kind == OLLAMA_SERVE:
-        r = read_ollama(server.url, timeout)
+    if kind.api is not None:
+        r = kind.api.probe(server.url, timeout).reading
         return dataclasses.replace(server, status=r.status, message=r.message)
-    path = "/api/v0/models" if server.kind == LM_STUDIO else "/v1/models"
+    return _read_list(server, kind, timeout)
+
+
+def _read_list(server: FoundServer, kind: Kind, timeout: float) -> FoundServer:
+    """A kind cliff-tui lists but does not read: which models it has loaded."""
+    path = kind.list_path
     reply = fetch(server.url + path, timeout)
     if reply.status is None:
         return dataclasses.replace(server, status="unreachable", message=reply.error or "no answer")
@@ -178,7 +187,7 @@ def _model_words(model: dict) -> str:
 
 
 def _read_llama(server: FoundServer, timeout: float, argv: tuple[str, ...]) -> FoundServer:
-    r = read_llama_server(server.url, timeout)
+    r = LLAMA_SERVER_API.probe(server.url, timeout).reading
     props_reply = fetch(server.url + "/props", timeout) if r.status in ("ok", "no-metrics") else None
     props = props_reply.json() if props_reply is not None and props_reply.status == 200 else None
     settings = server.settings
@@ -203,6 +212,67 @@ def _with_props(settings: tuple[ServerSetting, ...], argv: tuple[str, ...], prop
 def _short_command(argv: tuple[str, ...], limit: int = 60) -> str:
     text = " ".join(os.path.basename(a) if "/" in a else a for a in argv)
     return inert(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+# --- a server named by its URL ----------------------------------------------------------------
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "::")
+NOT_VISIBLE = "its memory is not visible from here"
+
+
+def resolve_url(api: Api, url: str, timeout: float = 1.0) -> FoundServer:
+    """A server named by URL, as discovery would have found it: the process that listens on that
+    port where it is a server of a known kind on this machine; otherwise its API alone, and one
+    line on why its process cannot be seen (another host, a proxy or tunnel, another namespace)."""
+    parts = urllib.parse.urlsplit(url)
+    host, port = (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
+    if not _is_this_machine(host):
+        return _api_only(api, url, f"{host} is another host: reading only its API, {NOT_VISIBLE}", timeout)
+    owners = listening_ports()
+    if owners is None:
+        return _api_only(
+            api, url, f"this machine's sockets cannot be listed: reading only its API, {NOT_VISIBLE}", timeout
+        )
+    if port not in owners:
+        why = f"nothing on this machine listens on port {port} in this network namespace"
+        return _api_only(
+            api, url, f"{why} (a container or another namespace?): reading only its API, {NOT_VISIBLE}", timeout
+        )
+    pid = owners[port]
+    process = next((p for p in find_server_processes() if p.pid == pid), None) if pid is not None else None
+    if process is not None:
+        return dataclasses.replace(
+            _read_process(process, timeout), url=normalise_url(url), how=_named_how(process, port)
+        )
+    return _api_only(api, url, f"{_listener(pid, port)}: reading only its API, {NOT_VISIBLE}", timeout)
+
+
+def _named_how(process: ServerProcess, port: int) -> str:
+    return f"named by URL; process {process.pid} listens on port {port} ({_short_command(process.argv)})"
+
+
+def _listener(pid: int | None, port: int) -> str:
+    if pid is None:
+        return f"the process listening on port {port} cannot be read (another user's, or another PID namespace)"
+    try:
+        name = inert(psutil.Process(pid).name())
+    except (psutil.Error, OSError):
+        name = "?"
+    return f"port {port} is served by {name} (PID {pid}), not by a llama.cpp server: a proxy, a tunnel or a published container port"
+
+
+def _api_only(api: Api, url: str, how: str, timeout: float) -> FoundServer:
+    """Read only through its API, which its poller reads from the start."""
+    return FoundServer(kind_for_api(api).name, normalise_url(url), how, None, status="named")
+
+
+def _is_this_machine(host: str) -> bool:
+    if host in LOOPBACK_NAMES or host.startswith("127."):
+        return True
+    try:
+        return any(a.address.split("%")[0].lower() == host for addrs in psutil.net_if_addrs().values() for a in addrs)
+    except OSError:
+        return False
 
 
 def describe_found(found: Found) -> str:

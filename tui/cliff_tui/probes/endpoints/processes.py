@@ -15,27 +15,9 @@ from dataclasses import dataclass
 
 import psutil
 
-from cliff_tui.probes.endpoints.server_flags import Flag, llama_server_settings, read_flag
+from cliff_tui.probes.endpoints.kinds import Kind, recognise
 from cliff_tui.records import ServerSetting
 
-LLAMA_SERVER_KIND = "llama-server"
-OLLAMA_RUNNER = "ollama runner"
-OLLAMA_SERVE = "ollama"
-LLAMA_CPP_PYTHON = "llama-cpp-python"
-LM_STUDIO = "lm-studio"
-DEFAULT_PORTS = {LLAMA_SERVER_KIND: 8080, OLLAMA_SERVE: 11434, LLAMA_CPP_PYTHON: 8000, LM_STUDIO: 1234}
-# kinds whose HTTP API is llama-server's (/metrics, /slots, /props)
-SPEAKS_LLAMA_SERVER = (LLAMA_SERVER_KIND, OLLAMA_RUNNER)
-PY_FLAGS = (
-    Flag("model", ("--model",), "MODEL", "none"),
-    Flag("host", ("--host",), "HOST", "localhost"),
-    Flag("port", ("--port",), "PORT", "8000"),
-    Flag("ctx_size", ("--n_ctx",), "N_CTX", "2048"),
-    Flag("n_gpu_layers", ("--n_gpu_layers",), "N_GPU_LAYERS", "0"),
-    Flag("flash_attn", ("--flash_attn",), "FLASH_ATTN", "false"),
-    Flag("cache_type_k", ("--type_k",), "TYPE_K", "f16"),
-    Flag("cache_type_v", ("--type_v",), "TYPE_V", "f16"),
-)
 ATTRS = ["pid", "name", "cmdline", "ppid"]
 
 
@@ -61,25 +43,9 @@ class ServerProcess:
 
 
 def classify(name: str, argv: Sequence[str], parent: str = "") -> str | None:
-    """The kind of server a command line starts, or None."""
-    if not argv:
-        return None
-    exe = os.path.basename(argv[0]).lower()
-    base = os.path.basename(name).lower()
-    if exe.startswith("llama-server") or base.startswith("llama-server"):
-        return OLLAMA_RUNNER if parent.lower().startswith("ollama") else LLAMA_SERVER_KIND
-    if exe.startswith("ollama") and len(argv) > 1:
-        return {"runner": OLLAMA_RUNNER, "serve": OLLAMA_SERVE}.get(argv[1])
-    if exe.startswith("python") and _runs_module(argv, "llama_cpp.server"):
-        return LLAMA_CPP_PYTHON
-    joined = " ".join(argv).lower()
-    if "lm studio" in joined or "lm-studio" in joined or exe in ("lms", "lm-studio"):
-        return LM_STUDIO
-    return None
-
-
-def _runs_module(argv: Sequence[str], module: str) -> bool:
-    return any(a == "-m" and i + 1 < len(argv) and argv[i + 1] == module for i, a in enumerate(argv))
+    """The name of the kind of server a command line starts, or None."""
+    kind = recognise(name, argv, parent)
+    return kind.name if kind is not None else None
 
 
 def find_server_processes(processes: Iterable[psutil.Process] | None = None) -> list[ServerProcess]:
@@ -95,28 +61,21 @@ def find_server_processes(processes: Iterable[psutil.Process] | None = None) -> 
     found = []
     for proc, name, argv in matched:
         parent = names.get((getattr(proc, "info", None) or {}).get("ppid") or -1, "")
-        kind = classify(name, argv, parent)
+        kind = recognise(name, argv, parent)
         if kind is not None:
             found.append(_describe(proc, kind, argv))
     return found
 
 
-def _describe(proc: psutil.Process, kind: str, argv: tuple[str, ...]) -> ServerProcess:
+def _describe(proc: psutil.Process, kind: Kind, argv: tuple[str, ...]) -> ServerProcess:
     unreadable: list[str] = []
     env = _environ(proc, unreadable)
     ports = _listening(proc, unreadable)
-    if kind == LLAMA_SERVER_KIND or (kind == OLLAMA_RUNNER and is_llama_server_argv(argv)):
-        settings = llama_server_settings(argv, env)
-    elif kind == OLLAMA_RUNNER:
-        settings = _ollama_runner_settings(argv)
-    elif kind == LLAMA_CPP_PYTHON:
-        settings = tuple(read_flag(argv, env, f) for f in PY_FLAGS)
-    else:
-        settings = ()
+    settings = kind.settings(argv, env)
     guessed = not ports and (bool(unreadable) or _port_given(settings))
     if guessed:
         ports = _port_from_settings(settings)
-    return ServerProcess(kind, proc.pid, argv, ports, settings, tuple(unreadable), guessed)
+    return ServerProcess(kind.name, proc.pid, argv, ports, settings, tuple(unreadable), guessed)
 
 
 def _port_given(settings: tuple[ServerSetting, ...]) -> bool:
@@ -132,21 +91,6 @@ def _port_from_settings(settings: tuple[ServerSetting, ...]) -> tuple[tuple[str,
     except ValueError:
         return ()
     return ((values.get("host", "127.0.0.1"), port),)
-
-
-def is_llama_server_argv(argv: Sequence[str]) -> bool:
-    return os.path.basename(argv[0]).lower().startswith("llama-server")
-
-
-def _ollama_runner_settings(argv: Sequence[str]) -> tuple[ServerSetting, ...]:
-    flags = (
-        Flag("model", ("--model",), "", "none"),
-        Flag("ctx_size", ("--ctx-size",), "", "unknown"),
-        Flag("parallel", ("--parallel",), "", "1"),
-        Flag("n_gpu_layers", ("--n-gpu-layers",), "", "unknown"),
-        Flag("port", ("--port",), "", "unknown"),
-    )
-    return tuple(read_flag(argv, {}, f) for f in flags)
 
 
 def _environ(proc: psutil.Process, unreadable: list[str]) -> Mapping[str, str]:
