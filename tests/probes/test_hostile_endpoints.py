@@ -105,3 +105,32 @@ def test_attach_once_prints_hostile_replies_as_inert_json(server):
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and not runnable(proc.stdout.replace("\n", ""))
     assert inert(EVIL) in json.dumps(json.loads(proc.stdout)["ollama"], ensure_ascii=False)
+
+
+def test_a_context_or_a_token_count_that_cannot_be_true_is_unreadable_never_a_percentage():
+    from cliff_tui.jobs.attach import AttachJob
+    from cliff_tui.jobs.attach_once import attach_once
+    from cliff_tui.probes.sampler import Sampler
+
+    slots = [
+        {"id": 0, "n_ctx": -1, "n_prompt_tokens": 5, "is_processing": True},
+        {"id": 1, "n_ctx": 2**40, "n_prompt_tokens": 5, "is_processing": True},
+        {"id": 2, "n_ctx": 4096, "n_prompt_tokens": 10**6, "is_processing": True},
+        {"id": 3, "n_ctx": 4096, "n_prompt_tokens": 1024, "is_processing": True},
+    ]
+    server = llama(Route.file("llama_metrics_busy_1.txt"), Route(200, json.dumps(slots).encode(), "application/json"))
+    try:
+        job = AttachJob.from_urls({"llama-server": server.url}, 0.05, 2.0)
+        record, _ = attach_once(job, Sampler(), sleep=lambda s: None)
+        store = Store()
+        job.poll_all(job.pollers(job.targets(store.feed)), store.feed)
+    finally:
+        server.stop()
+    read = record["llama_server"]
+    assert [s["context_used_pct"] for s in read["slots"]] == [None, None, None, 25.0]
+    assert [(s["n_ctx"], s["tokens_used"]) for s in read["slots"][:3]] == [(None, 5), (None, 5), (4096, None)]
+    assert "n_ctx -1" in read["reasons"]["slot 0 n_ctx"] and "1000000 tokens" in read["reasons"]["slot 2 tokens"]
+    logged = " ".join(line.text for line in store.messages.log)
+    assert "n_ctx -1" in logged and str(2**40) in logged and "unreadable" in logged
+    shown = server_line(store)[0][0]
+    assert "slot 0" not in shown and "slot 2: –/4,096 tokens" in shown and "slot 3: 1,024/4,096 tokens" in shown

@@ -68,6 +68,19 @@ class LlamaServerRead:
     slots: SlotsRead = SlotsRead()
 
 
+def dropped_requests(before: SlotsRead, now: SlotsRead) -> int:
+    """Requests that were running at ``before`` and ended with their slot's cells cleared at
+    ``now``: what llama-server does to every running request when a decode finds no free cells
+    ("Context size has been exceeded"); a request that finishes keeps its tokens in the slot."""
+    running = {p.id: p.id_task for p in before.progress if p.processing and p.id_task is not None}
+    tokens = {s.id: s.tokens_used for s in now.slots}
+    return sum(
+        1
+        for p in now.progress
+        if p.processing is False and p.id in running and running[p.id] == p.id_task and tokens.get(p.id) == 0
+    )
+
+
 def read_llama_server(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> ServerReading:
     return probe_llama_server(url, timeout, get=get).reading
 
@@ -187,7 +200,8 @@ def read_slots(base: str, timeout: float, *, get: Getter = fetch) -> SlotsRead:
     if reply.status == 200:
         body = reply.json()
         try:
-            return SlotsRead(parse_slots(body), {}, parse_progress(body), t)
+            slots, reasons = believable_slots(parse_slots(body))
+            return SlotsRead(slots, reasons, parse_progress(body), t)
         except ValueError as exc:
             return SlotsRead(reasons={"slots": f"/slots: {exc}"})
     return _slots_from_props(base, timeout, get, _slots_refused(reply))
@@ -210,8 +224,32 @@ def _slots_from_props(base: str, timeout: float, get: Getter, why: str) -> Slots
     settings = body.get("default_generation_settings")
     n_ctx = as_int(settings.get("n_ctx")) if isinstance(settings, dict) else None
     total = min(max(as_int(body.get("total_slots")) or 1, 1), MAX_SLOTS)
-    slots = tuple(SlotReading(id=i, n_ctx=n_ctx, tokens_used=None, processing=None) for i in range(total))
-    return SlotsRead(slots, {"slots": f"{why}; n_ctx from /props"})
+    slots, reasons = believable_slots(
+        tuple(SlotReading(id=i, n_ctx=n_ctx, tokens_used=None, processing=None) for i in range(total))
+    )
+    return SlotsRead(slots, {"slots": f"{why}; n_ctx from /props", **reasons})
+
+
+MAX_CONTEXT = 2**31  # llama.cpp counts cells in an int32
+
+
+def believable_slots(slots: tuple[SlotReading, ...]) -> tuple[tuple[SlotReading, ...], dict[str, str]]:
+    """Values that cannot be true made unknown, never shown as true: a context of 0 cells or fewer,
+    or beyond what llama.cpp can count; tokens below 0 or beyond the slot's context. Each such
+    value is named, with what the server said, in the reasons."""
+    out, reasons = [], {}
+    for slot in slots:
+        n_ctx, used = slot.n_ctx, slot.tokens_used
+        if n_ctx is not None and not 0 < n_ctx <= MAX_CONTEXT:
+            reasons[f"slot {slot.id} n_ctx"] = f"unreadable: the server said n_ctx {n_ctx}"
+            n_ctx = None
+        if used is not None and (used < 0 or (n_ctx is not None and used > n_ctx) or used > MAX_CONTEXT):
+            reasons[f"slot {slot.id} tokens"] = (
+                f"unreadable: the server said {used} tokens in use of n_ctx {slot.n_ctx}"
+            )
+            used = None
+        out.append(dataclasses.replace(slot, n_ctx=n_ctx, tokens_used=used))
+    return tuple(out), reasons
 
 
 def parse_slots(body: Any) -> tuple[SlotReading, ...]:

@@ -4,6 +4,7 @@ of the model sits in system RAM) and, in recent versions, ``context_length``. Ol
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Final
 
@@ -13,6 +14,7 @@ from cliff_tui.records import ServedModel
 from cliff_tui.text import inert
 
 OLLAMA: Final = "ollama"
+MAX_CONTEXT = 2**31  # llama.cpp counts cells in an int32
 DEFAULT_URL = "http://127.0.0.1:11434"
 
 
@@ -40,6 +42,10 @@ def read_ollama(url: str, timeout: float = 2.0, *, get: Getter = fetch) -> Serve
 def _from_ps(t: float, base: str, items: list[Any]) -> ServerReading:
     models = tuple(_served_model(m) for m in items if isinstance(m, dict))
     reasons: dict[str, str] = {}
+    for i, m in enumerate(models):
+        if m.context_length is not None and not 0 < m.context_length <= MAX_CONTEXT:
+            reasons[f"model {m.name} context_length"] = f"unreadable: the server said {m.context_length}"
+            models = (*models[:i], dataclasses.replace(m, context_length=None), *models[i + 1 :])
     if any(m.context_length is None for m in models):
         reasons["context_length"] = "this Ollama does not report context_length in /api/ps (older version)"
     message = "" if models else "no model loaded (Ollama unloads a model after its keep_alive)"
