@@ -14,7 +14,7 @@ from cliff_tui.events import ServerReading
 from cliff_tui.records import ServerRates
 
 NO_REQUEST_YET = "no request has run since attaching: send one to measure"
-OLLAMA_HAS_NO_COUNTERS = "Ollama's /api/ps reports no token counters"
+NO_COUNTERS = "this server's API reports no token counters (Ollama's /api/ps has none)"
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ class ServerRateMeter:
         if reading.status != "ok":
             why = reading.message or reading.status
             return ServerRates(self._decode_tok_s, self._prompt_tok_s, why, why)
-        if reading.source == "ollama":
-            return ServerRates(None, None, OLLAMA_HAS_NO_COUNTERS, OLLAMA_HAS_NO_COUNTERS)
+        if reading.tokens_predicted_total is None and reading.prompt_tokens_total is None:
+            return ServerRates(None, None, NO_COUNTERS, NO_COUNTERS)
         return ServerRates(
             self._decode_tok_s,
             self._prompt_tok_s,

@@ -22,6 +22,34 @@ LEVELS = ("na", "ok", "info", "amber", "red")
 
 
 @dataclass(frozen=True)
+class Sign:
+    """One of the three signs, as every front end names it; the store judges it with ``judge``."""
+
+    number: int
+    name: str  # on the screen; lower case, the exporter's ``name`` label
+    what: str  # what it watches, in one line (the help screen)
+    judge: str  # the function below that judges it
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+SIGNS: tuple[Sign, ...] = (
+    Sign(1, "spill", "shared VRAM above its baseline (CPU-only: swap above its baseline)", "sign1"),
+    Sign(
+        2,
+        "RAM",
+        "the model's RAM rising (an attached server's own process); an alarm only while generating with the KV "
+        "cache on a GPU",
+        "sign2",
+    ),
+    Sign(3, "speed", "decode tok/s against the depth trend of the run itself (time/token ≈ a + b·depth)", "sign3"),
+)
+SIGN_BY_NUMBER = {s.number: s for s in SIGNS}
+
+
+@dataclass(frozen=True)
 class SignState:
     sign: int
     level: str  # one of LEVELS
@@ -173,6 +201,16 @@ def sign2(trend: RamTrend | None, generating: bool, kv_on_gpu: bool | None, mode
     level = "red" if kv_on_gpu else "amber"
     where = "with the KV cache on the GPU" if kv_on_gpu else "(KV location unknown)"
     return SignState(2, level, rate, f"RAM rising while generating {where}: overflow is landing in system memory")
+
+
+def not_visible_sign2(how: str) -> SignState:
+    """An attached server whose process this machine cannot see: its RAM is not this machine's."""
+    return SignState(
+        2,
+        "na",
+        "server RAM n/a",
+        f"the server's process is not visible from here ({how}): this machine's RAM says nothing of it",
+    )
 
 
 def sign3(verdict: SpeedVerdict | None, live_tok_s: float | None = None) -> SignState:

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.cpu_quota import QuotaUse
-from cliff_tui.analysis.signs import SignState
+from cliff_tui.analysis.signs import SIGNS, SignState
 from cliff_tui.events import Sample
 from cliff_tui.records import FoundServer, GpuReading, ProcessReading
 from cliff_tui.store import Store
@@ -410,16 +410,16 @@ def _level_style(level: str) -> Style:
 
 
 def signs_line(signs: dict[int, SignState]) -> Parts:
-    names = {1: "spill", 2: "RAM", 3: "speed"}
     parts: Parts = []
-    for n in (1, 2, 3):
+    for sign in SIGNS:
+        n = sign.number
         state = signs.get(n)
         if state is None:
             continue
         mark, style = LEVEL_MARK.get(state.level, ("?", DIM))
         parts += [
             (f" {mark} ", style + BOLD),
-            (f"{n} {names[n]}: ", BOLD),
+            (f"{n} {sign.name}: ", BOLD),
             (state.headline, style if state.level in ("amber", "red") else None),
             ("  ", None),
         ]
@@ -567,12 +567,13 @@ def server_line(p: Store) -> Parts:
     for s in p.servers.readings.values():
         warn = warn or s.status != "ok"
         parts.append(f"{s.source} {s.url} " + (s.status if s.status == "ok" else f"{s.status}: {s.message}"))
-        if s.rates is not None and s.status == "ok" and s.source != "ollama":
+        if s.rates is not None and s.status == "ok" and p.servers.reports(s, "counters"):
             r = s.rates
             parts.append(f"decode {fmt_tok_s(r.decode_tok_s)} tok/s · prompt {fmt_tok_s(r.prompt_tok_s)} tok/s")
         for slot in s.slots:
             if slot.n_ctx:
-                parts.append(f"slot {slot.id}: {slot.tokens_used or 0:,}/{slot.n_ctx:,} tokens")
+                used = f"{slot.tokens_used:,}" if slot.tokens_used is not None else "–"
+                parts.append(f"slot {slot.id}: {used}/{slot.n_ctx:,} tokens")
         for m in s.models:
             in_ram = (m.size_bytes or 0) - (m.size_vram_bytes or 0)
             share = f" ({100 * in_ram / m.size_bytes:.0f} % of the model)" if m.size_bytes and in_ram > 0 else ""

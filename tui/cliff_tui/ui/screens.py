@@ -11,17 +11,21 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, RichLog, Static
 
+from cliff_tui.analysis.signs import SIGNS
 from cliff_tui.store import Store
 from cliff_tui.text import LOG_LIMIT, inert
 from cliff_tui.units import parse_tokens
+
+
+def signs_help() -> str:
+    return "\n".join(f"  {s.number} {s.name:<7} {s.what}" for s in SIGNS)
+
 
 HELP = """\
 [b]cliff-tui[/b] — where the KV cache outgrows fast memory and decode speed collapses.
 
 [b]The three signs[/b]
-  1 spill   shared VRAM above its baseline (CPU-only: swap above its baseline)
-  2 RAM     system RAM rising; an alarm only while generating with the KV cache on a GPU
-  3 speed   decode tok/s against the depth trend of the run itself (time/token ≈ a + b·depth):
+{signs}
             a steady decline is attention reading more cells, a knee beyond the trend is the cliff
 
 [b]Keys[/b]
@@ -50,7 +54,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(HELP.format(keys=keys_help(self.bindings)) + f"\nmode: {self.mode}")
+            yield Static(HELP.format(signs=signs_help(), keys=keys_help(self.bindings)) + f"\nmode: {self.mode}")
 
 
 class LogScreen(ModalScreen[None]):
