@@ -58,10 +58,9 @@ def test_poller_backs_off_exponentially_and_recovers():
     poller = Poller(FlakyEndpoint(["unreachable"] * 7 + ["ok"]), interval=0.5)  # type: ignore[arg-type]
     delays = []
     for _ in range(8):
-        before = time.monotonic()
         reading = poller.poll(1)
-        delays.append(poller.due - before)
-    assert delays == pytest.approx([1, 2, 4, 8, 16, 30, 30, 0.5], abs=0.05)
+        delays.append(poller.delay)
+    assert delays == [1, 2, 4, 8, 16, 30, 30, 0.5]
     assert reading.status == "ok" and poller.failures == 0
 
 
@@ -92,7 +91,7 @@ def readings(events: list) -> list[ServerReading]:
 
 def test_job_feeds_the_store_tok_s_and_quits(server):
     s = server(llama, BUSY)
-    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1)
+    job = AttachJob.from_urls({"llama-server": s.url, "ollama": None}, interval=0.05, timeout=1)
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 3)  # it ends on cancel
     store = Store()
     for event in events:
@@ -117,7 +116,7 @@ def _props(model_path: str) -> Route:
 def test_job_from_a_triangulation_holds_the_slots_against_its_largest_context(server):
     measured = _measured_smollm2()
     s = server(llama, BUSY)
-    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=measured)
+    job = AttachJob.from_urls({"llama-server": s.url, "ollama": None}, interval=0.05, timeout=1, measured=measured)
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 2)
     store = Store()
     for event in events:
@@ -131,7 +130,7 @@ def test_job_from_a_triangulation_holds_the_slots_against_its_largest_context(se
 def test_job_warns_once_when_the_server_serves_another_file_than_the_one_measured(server):
     measured = _measured_smollm2()
     s = server(llama, BUSY, props=Route.file("llama_props.json"))  # its model_path ends -Q4_1.gguf
-    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=measured)
+    job = AttachJob.from_urls({"llama-server": s.url, "ollama": None}, interval=0.05, timeout=1, measured=measured)
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 4)
     warnings = [e for e in events if isinstance(e, Notice) and e.level == "warning"]
     assert [w.text for w in warnings] == [
@@ -144,7 +143,9 @@ def test_job_warns_once_when_the_server_serves_another_file_than_the_one_measure
 
 def test_a_hostile_served_name_is_shown_inert(server):
     s = server(llama, BUSY, props=_props("/m/\x1b]0;owned\x07x.gguf"))
-    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=_measured_smollm2())
+    job = AttachJob.from_urls(
+        {"llama-server": s.url, "ollama": None}, interval=0.05, timeout=1, measured=_measured_smollm2()
+    )
     events, _ = run_job(job, lambda ev: any(isinstance(e, Notice) and e.level == "warning" for e in ev))
     warning = next(e for e in events if isinstance(e, Notice) and e.level == "warning")
     assert warning.text.startswith("llama-server serves ␛]0;owned␇x.gguf, ") and "\x1b" not in warning.text
@@ -153,7 +154,9 @@ def test_a_hostile_served_name_is_shown_inert(server):
 def test_job_checks_the_served_file_again_when_the_server_is_back(server):
     loading = Route.file("llama_loading.json", status=503)  # a restart: maybe with another model
     s = server(llama, [BUSY[0], loading, *BUSY], props=Route.file("llama_props.json"))
-    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=_measured_smollm2())
+    job = AttachJob.from_urls(
+        {"llama-server": s.url, "ollama": None}, interval=0.05, timeout=1, measured=_measured_smollm2()
+    )
     events, _ = run_job(job, lambda ev: sum(r.status == "ok" for r in readings(ev)) >= 3)
     assert [r.status for r in readings(events)][:3] == ["ok", "error", "ok"]
     assert sum(isinstance(e, Notice) and e.level == "warning" for e in events) == 2
@@ -161,7 +164,9 @@ def test_job_checks_the_served_file_again_when_the_server_is_back(server):
 
 def test_job_says_nothing_when_the_server_serves_the_file_measured(server):
     s = server(llama, BUSY, props=_props("C:\\models\\smollm2-135m-instruct.q4_1.GGUF"))  # case-blind
-    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=_measured_smollm2())
+    job = AttachJob.from_urls(
+        {"llama-server": s.url, "ollama": None}, interval=0.05, timeout=1, measured=_measured_smollm2()
+    )
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 3)
     assert not [e for e in events if isinstance(e, Notice) and e.level == "warning"]
     assert s.hits.count("/props") == 1
@@ -170,7 +175,7 @@ def test_job_says_nothing_when_the_server_serves_the_file_measured(server):
 @pytest.mark.parametrize("measured", [None, dataclasses.replace(_measured_smollm2(), model=UNKNOWN_MODEL)])
 def test_job_asks_no_props_without_a_measured_file(server, measured):
     s = server(llama, BUSY, props=Route.file("llama_props.json"))
-    job = AttachJob.from_args(s.url, None, interval=0.05, timeout=1, measured=measured)
+    job = AttachJob.from_urls({"llama-server": s.url, "ollama": None}, interval=0.05, timeout=1, measured=measured)
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 3)
     assert "/props" not in s.hits
     assert not [e for e in events if isinstance(e, Notice) and e.level == "warning"]
@@ -179,7 +184,7 @@ def test_job_asks_no_props_without_a_measured_file(server, measured):
 def test_job_shows_live_tok_s_while_a_request_runs(server):
     """The /metrics counters stand still mid-request (busy_1 twice); /slots' n_decoded moves."""
     s = server(llama, Route.file("llama_metrics_busy_1.txt"), DECODING)
-    job = AttachJob.from_args(s.url, None, interval=0.1, timeout=1)
+    job = AttachJob.from_urls({"llama-server": s.url, "ollama": None}, interval=0.1, timeout=1)
     events, _ = run_job(job, lambda ev: any(isinstance(e, DecodeWindow) for e in ev))
     window = next(e for e in events if isinstance(e, DecodeWindow))
     assert window.n_tokens == 24 and window.depth == 1088 and window.tok_s > 0
@@ -191,7 +196,7 @@ def test_job_shows_live_tok_s_while_a_request_runs(server):
 
 def test_job_retries_an_unreachable_server_and_quits_during_backoff():
     url = f"http://127.0.0.1:{closed_port()}"
-    job = AttachJob.from_args(url, None, interval=0.05, timeout=1)
+    job = AttachJob.from_urls({"llama-server": url, "ollama": None}, interval=0.05, timeout=1)
     events, quit_s = run_job(job, lambda ev: len(readings(ev)) >= 2)
     first, second = readings(events)[:2]
     assert first.status == second.status == "unreachable"
@@ -202,7 +207,7 @@ def test_job_retries_an_unreachable_server_and_quits_during_backoff():
 def test_job_polls_both_servers(server):
     llama_srv = server(llama, Route.file("llama_metrics_idle.txt"))
     ollama_srv = server(ollama, Route.file("ollama_ps.json"))
-    job = AttachJob.from_args(llama_srv.url, ollama_srv.url, interval=0.05, timeout=1)
+    job = AttachJob.from_urls({"llama-server": llama_srv.url, "ollama": ollama_srv.url}, interval=0.05, timeout=1)
     events, _ = run_job(job, lambda ev: {r.source for r in readings(ev)} == {"llama-server", "ollama"})
     assert {r.source for r in readings(events)} == {"llama-server", "ollama"}
 
@@ -212,7 +217,7 @@ def test_job_without_urls_looks_on_the_default_ports(server, monkeypatch):
     nobody = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setattr("cliff_tui.jobs.attach.DEFAULT_URLS", {"llama-server": s.url, "ollama": nobody})
     monkeypatch.setattr("cliff_tui.jobs.attach.find_servers", lambda *a, **k: Found([]))  # no server process here
-    job = AttachJob.from_args(None, None, interval=0.05, timeout=1)
+    job = AttachJob.from_urls({"llama-server": None, "ollama": None}, interval=0.05, timeout=1)
     assert job.discover_defaults and job.title.startswith("looking for")
     events, _ = run_job(job, lambda ev: len(readings(ev)) >= 2)
     notices = [e.text for e in events if isinstance(e, Notice)]
@@ -224,7 +229,9 @@ def test_job_finding_nothing_shows_one_status_and_keeps_looking(monkeypatch):
     nobody = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setattr("cliff_tui.jobs.attach.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
     monkeypatch.setattr("cliff_tui.jobs.attach.find_servers", lambda *a, **k: Found([]))  # no server process here
-    events, _ = run_job(AttachJob.from_args(None, None, 0.05, 1), lambda ev: len(readings(ev)) >= 1)
+    events, _ = run_job(
+        AttachJob.from_urls({"llama-server": None, "ollama": None}, 0.05, 1), lambda ev: len(readings(ev)) >= 1
+    )
     (reading,) = readings(events)[:1]
     assert reading.status == "unreachable" and "looking again in" in reading.message
     assert any(isinstance(e, Notice) and e.level == "warning" for e in events)
@@ -322,7 +329,7 @@ def test_real_llama_server_after_one_chat_request(real_llama_server):
 @pytest.mark.model
 def test_real_llama_server_tok_s_moves_while_a_request_runs(real_llama_server):
     url = real_llama_server
-    job = AttachJob.from_args(url, None, interval=0.25, timeout=2)
+    job = AttachJob.from_urls({"llama-server": url, "ollama": None}, interval=0.25, timeout=2)
     request = threading.Thread(
         target=post_json,
         args=(

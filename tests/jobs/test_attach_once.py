@@ -27,7 +27,7 @@ def once(job: AttachJob, pid: int | None = None) -> tuple[dict, bool]:
 
 def test_once_measures_decode_between_two_readings(server):
     s = server(llama, BUSY)
-    record, ok = once(AttachJob.from_args(s.url, None, 0.5, 2))
+    record, ok = once(AttachJob.from_urls({"llama-server": s.url, "ollama": None}, 0.5, 2))
     lr = record["llama_server"]
     assert ok and record["ok"] and lr["status"] == "ok" and lr["reason"] is None
     assert lr["decode_tok_s"] == pytest.approx(48.0) and lr["decode_basis"].startswith(
@@ -61,7 +61,7 @@ def split_slots(n_ctx: int, held: list[int]) -> Route:
 
 def test_slots_holding_more_than_one_slot_context_read_as_a_split_cache(server):
     s = server(llama, BUSY, split_slots(8192, [6000, 5000, 0, 0]))
-    record, ok = once(AttachJob.from_args(s.url, None, 0.5, 2))
+    record, ok = once(AttachJob.from_urls({"llama-server": s.url, "ollama": None}, 0.5, 2))
     effect = record["llama_server"]["context_in_effect"]
     assert ok and effect["unified"] is False and effect["n_ctx_total"] == 32768
     assert effect["text"].startswith("n_ctx 8,192 per slot, 4 slots share 32,768")
@@ -70,13 +70,15 @@ def test_slots_holding_more_than_one_slot_context_read_as_a_split_cache(server):
 
 def test_one_slot_has_its_whole_context(server):
     s = server(llama, BUSY, split_slots(4096, [100]))
-    effect = once(AttachJob.from_args(s.url, None, 0.5, 2))[0]["llama_server"]["context_in_effect"]
+    effect = once(AttachJob.from_urls({"llama-server": s.url, "ollama": None}, 0.5, 2))[0]["llama_server"][
+        "context_in_effect"
+    ]
     assert effect["text"] == "1 slot, up to 4,096 tokens" and effect["n_ctx_total"] == 4096
 
 
 def test_once_mid_request_reports_the_live_rate(server):
     s = server(llama, Route.file("llama_metrics_busy_1.txt"), DECODING)
-    record, ok = attach_once(AttachJob.from_args(s.url, None, 0.2, 2), Sampler())
+    record, ok = attach_once(AttachJob.from_urls({"llama-server": s.url, "ollama": None}, 0.2, 2), Sampler())
     lr = record["llama_server"]
     basis = re.fullmatch(r"live: /slots n_decoded, 24 tokens in (\d+\.\d\d) s", lr["decode_basis"])
     assert ok and basis, lr["decode_basis"]
@@ -88,14 +90,14 @@ def test_once_mid_request_reports_the_live_rate(server):
 
 def test_once_after_a_request_reports_the_server_average(server):
     s = server(llama, Route.file("llama_metrics_done.txt"))
-    lr = once(AttachJob.from_args(s.url, None))[0]["llama_server"]
+    lr = once(AttachJob.from_urls({"llama-server": s.url, "ollama": None}))[0]["llama_server"]
     assert lr["decode_tok_s"] == pytest.approx(128 / 2.66667)
     assert lr["decode_basis"].startswith("average since llama-server started")
 
 
 def test_once_on_a_fresh_server_gives_null_with_a_reason(server):
     s = server(llama, Route.file("llama_metrics_idle.txt"))
-    record, ok = once(AttachJob.from_args(s.url, None))
+    record, ok = once(AttachJob.from_urls({"llama-server": s.url, "ollama": None}))
     lr = record["llama_server"]
     assert ok
     assert lr["decode_tok_s"] is None and lr["decode_reason"] == NOTHING_GENERATED
@@ -104,7 +106,7 @@ def test_once_on_a_fresh_server_gives_null_with_a_reason(server):
 
 def test_once_ollama_reports_models(server):
     s = server(ollama, Route.file("ollama_ps.json"))
-    record, ok = once(AttachJob.from_args(None, s.url))
+    record, ok = once(AttachJob.from_urls({"llama-server": None, "ollama": s.url}))
     o = record["ollama"]
     assert ok and "llama_server" not in record
     assert o["models"] == [
@@ -132,7 +134,7 @@ def test_once_ollama_reports_models(server):
 )
 def test_once_reports_every_failure_in_a_field(server, route, status):
     s = server(llama, route)
-    record, ok = once(AttachJob.from_args(s.url, None))
+    record, ok = once(AttachJob.from_urls({"llama-server": s.url, "ollama": None}))
     lr = record["llama_server"]
     assert not ok and not record["ok"] and lr["status"] == status
     assert lr["reason"] and lr["decode_tok_s"] is None and lr["decode_reason"]
@@ -143,9 +145,9 @@ def test_once_with_a_pid_and_no_server_is_fine(monkeypatch):
     nobody = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setattr("cliff_tui.probes.endpoints.discovery.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
     monkeypatch.setattr("cliff_tui.jobs.attach_once.find_servers", lambda *a, **k: Found([]))  # no server process here
-    record, ok = once(AttachJob.from_args(None, None), pid=os.getpid())
+    record, ok = once(AttachJob.from_urls({"llama-server": None, "ollama": None}), pid=os.getpid())
     assert ok and record["process"]["rss_bytes"] > 0 and "no llama-server" in record["discovery"]
-    record, ok = once(AttachJob.from_args(None, None))
+    record, ok = once(AttachJob.from_urls({"llama-server": None, "ollama": None}))
     assert not ok and "--llama-server URL" in record["discovery"]
 
 

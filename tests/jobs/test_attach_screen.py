@@ -31,7 +31,7 @@ async def test_attach_shows_the_server_its_flags_memory_and_pool_then_survives_i
         monkeypatch.setattr("cliff_tui.jobs.attach.find_servers", only_ours)
         body = {"messages": [{"role": "user", "content": "Name three rivers."}], "max_tokens": 8}
         post_json(server.url + "/v1/chat/completions", body)
-        job = AttachJob.from_args(None, None, interval=0.25, timeout=2.0)
+        job = AttachJob.from_urls({"llama-server": None, "ollama": None}, interval=0.25, timeout=2.0)
         app = CliffApp("attach", Session(sampler=Sampler(), job=job, interval=0.25))
         async with app.run_test(size=(120, 40)) as pilot:
             try:

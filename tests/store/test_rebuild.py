@@ -20,15 +20,17 @@ from cliff_tui.events import (
     Notice,
     RunFailed,
     Sample,
+    ServerMemory,
     ServerReading,
+    ServersFound,
     TargetChosen,
 )
 from cliff_tui.recording import demo
 from cliff_tui.recording.reader import open_recording
-from cliff_tui.records import RamReading, ServedModel, SlotReading, SwapReading
+from cliff_tui.records import FoundServer, RamReading, ServedModel, ServerSetting, SlotReading, SwapReading
 from cliff_tui.session import Session
 from cliff_tui.store import Store
-from cliff_tui.units import GiB
+from cliff_tui.units import GiB, MiB
 from paths import DATA
 
 TRIANGULATION = list(open_recording(DATA / "smollm2_triangulation.jsonl").events)
@@ -56,6 +58,9 @@ def view(store: Store) -> dict[str, Any]:
         "triangulations": {k: (t.points, t.projection) for k, t in runs.triangulations().items()},
         "servers": servers.readings,
         "measured": servers.measured,
+        "attached": servers.attached,
+        "memory": store.server_memory(),
+        "pool": servers.pool_gauge(),
         "points": list(servers.points),
         "session": store.signs.session_watch.evidence(),
         "throttle": store.signs.throttle,
@@ -93,7 +98,11 @@ def user_events(t: float) -> list[Event]:
     """What a session gets besides a run: a server, a measured capacity, a target, words."""
     slots = (SlotReading(0, 8192, 2048, True),)
     model = (ServedModel("qwen", 5 * GiB, 4 * GiB, 8192),)
+    settings = (ServerSetting("pool_ctx", "8192", "command line (-c)"), ServerSetting("kv_unified", "true", "default"))
+    found = FoundServer("llama-server", LLAMA, "process 42 listening on 127.0.0.1:8080", 42, settings=settings)
     return [
+        ServersFound(t, (found,), LLAMA),
+        ServerMemory(t, LLAMA, 42, 300 * MiB, 200 * MiB, 100 * MiB, 0, 90 * MiB, 180 * MiB, 22_500.0, 128 * MiB),
         ServerReading(t, "llama-server", LLAMA, "ok", requests_processing=1, slots=slots),
         ServerReading(t, "ollama", "http://127.0.0.1:11434", "ok", models=model),
         MeasuredCapacity(t, "model.gguf", "f16", "RAM", 50_000),
@@ -164,3 +173,21 @@ def test_samples_kept_for_a_recording_are_as_many_as_the_history_keeps():
         store.feed(Sample(float(t), RamReading(GiB, 4 * GiB, 3 * GiB), SwapReading(0, 0)))
     kept = [e.t for e in store.snapshot_events() if isinstance(e, Sample)]
     assert kept == [7.0, 8.0, 9.0, 10.0, 11.0] == [t for t, _ in store.history.get("ram.used").points()]
+
+
+def test_a_day_of_server_readings_keeps_a_bounded_journal_that_still_rebuilds_the_state():
+    store = Store(history_capacity=50)
+    slots = (SlotReading(0, 8192, 100, True),)
+    for i in range(2_000):
+        t = float(i)
+        store.feed(Sample(t, RamReading(GiB, 4 * GiB, 3 * GiB), SwapReading(0, 0)))
+        store.feed(ServerReading(t, "llama-server", LLAMA, "ok", requests_processing=1, slots=slots))
+        store.feed(ServerMemory(t, LLAMA, 42, (300 + i % 7) * MiB, 200 * MiB, 100 * MiB, 0))
+        if i % 100 == 0:
+            store.feed(user_events(t)[0])
+    kept = list(store.snapshot_events())
+    assert len(kept) <= 3 * 50 + 2
+    again = Store(history_capacity=50)
+    for event in kept:
+        again.feed(event)
+    assert view(again) == view(store)

@@ -18,8 +18,8 @@ def document_turns(turn_chars: int = TURN_CHARS) -> list[str]:
     return [text[i : i + turn_chars] for i in range(0, len(text), turn_chars)]
 
 
-def chat(url: str, messages: list[dict]) -> tuple[int, str]:
-    body = json.dumps({"messages": messages, "max_tokens": 4, "temperature": 0}).encode()
+def chat(url: str, messages: list[dict], max_tokens: int = 4) -> tuple[int, str]:
+    body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0}).encode()
     request = urllib.request.Request(
         url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
     )

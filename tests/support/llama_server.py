@@ -80,23 +80,59 @@ def llama_server_paths() -> tuple[str, Path]:
 
 @contextlib.contextmanager
 def started_llama_server(
-    log_dir: Path, *flags: str, env: dict[str, str] | None = None, ctx: str = "1024"
+    log_dir: Path, *flags: str, env: dict[str, str] | None = None, ctx: str = "1024", terminal: bool = False
 ) -> Iterator[StartedServer]:
     """A llama-server on a free loopback port with ``flags`` (after -m, --host, --port, -c, -t 1,
-    -ngl 0; ``env`` added to its environment), healthy; stopped by its PID at the end."""
+    -ngl 0; ``env`` added to its environment), healthy; stopped by its PID at the end. Its output
+    goes to a log file, or with ``terminal`` to a pseudo-terminal (as when run by hand), copied to
+    the log file by a thread."""
     binary, model = llama_server_paths()
     port = free_port()
     log = log_dir / f"llama-server-{port}.log"
     argv = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", ctx, "-t", "1"]
     argv += ["-ngl", "0", *flags]
-    with open(log, "wb") as out:
+    with contextlib.ExitStack() as stack:
+        if terminal:
+            out = stack.enter_context(_terminal_copied_to(log))
+        else:
+            out = stack.enter_context(open(log, "wb")).fileno()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-    url = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, proc)
+            yield StartedServer(url, port, proc, log)
+        finally:
+            stop(proc)
+
+
+@contextlib.contextmanager
+def _terminal_copied_to(log: Path) -> Iterator[int]:
+    """A pseudo-terminal's slave end; what is written to it lands in ``log``."""
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+
+    def copy() -> None:
+        with open(log, "wb") as out:
+            while True:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                out.write(data)
+                out.flush()
+
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
     try:
-        wait_healthy(url, proc)
-        yield StartedServer(url, port, proc, log)
+        yield slave
     finally:
-        stop(proc)
+        os.close(slave)
+        thread.join(5)
+        os.close(master)
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from cliff_tui.cli.parser import build_parser, normalise_argv
+from cliff_tui.cli.parser import build_parser, normalise_argv, server_urls
 from cliff_tui.errors import BadInput
 
 
@@ -32,7 +32,7 @@ def check_input(args: argparse.Namespace, job=None) -> None:
     if args.command == "attach":
         from cliff_tui.jobs.attach import AttachJob
 
-        AttachJob.from_args(args.llama_server, args.ollama)
+        AttachJob.from_urls(server_urls(args))
     if getattr(args, "pid", None):
         from cliff_tui.probes.system import check_process
 

@@ -12,30 +12,30 @@ the endpoints and their live rate through :class:`Endpoint` and :class:`LiveDeco
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cliff_tui.analysis.server_rates import CounterMove, ServerRateMeter
 from cliff_tui.errors import BadInput
-from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, MeasuredCapacity, Notice, ServerReading, ServersFound
+from cliff_tui.events import ATTACH_RUN_ID, DecodeWindow, LogLine, MeasuredCapacity, Notice, ServerReading, ServersFound
 from cliff_tui.jobs import OnWorker, Outcome, Publish
 from cliff_tui.jobs.server_memory import MemoryProbe
 from cliff_tui.probes.endpoints.discovery import (
     DEFAULT_URLS,
-    READERS,
     Found,
     describe_discovery,
     describe_found,
     find_servers,
     is_found,
+    resolve_url,
 )
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
-from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, probe_llama_server, read_model_file
-from cliff_tui.probes.endpoints.ollama import OLLAMA
-from cliff_tui.probes.endpoints.processes import OLLAMA_SERVE
+from cliff_tui.probes.endpoints.kinds import APIS, LLAMA_SERVER_API, kind_named
+from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, dropped_requests, read_model_file
 from cliff_tui.probes.endpoints.server_log import ServerLog
 from cliff_tui.records import UNKNOWN_MODEL, FoundServer, NoticeLevel
 from cliff_tui.text import inert
@@ -43,6 +43,7 @@ from cliff_tui.text import inert
 MAX_BACKOFF_S = 30.0
 SEARCH_BACKOFF_S = 10.0  # a server started after cliff-tui is found within this
 DISCOVERY_TIMEOUT_S = 1.0
+TOLD_KEPT = 64  # distinct unbelievable values remembered (a hostile server could send endless ones)
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,11 @@ class Endpoint:
     url: str
 
     def read(self, timeout: float) -> ServerReading:
-        return READERS[self.source](self.url, timeout)
+        return self.probe(timeout)[0]
 
     def probe(self, timeout: float) -> tuple[ServerReading, SlotsRead]:
-        """The reading and, for llama-server, what /slots says about running requests."""
-        if self.source != LLAMA_SERVER:
-            return self.read(timeout), SlotsRead()
-        found = probe_llama_server(self.url, timeout)
+        """The reading and, where the API has slots, what /slots says about running requests."""
+        found = APIS[self.source].probe(self.url, timeout)
         return found.reading, found.slots
 
 
@@ -129,6 +128,7 @@ class Poller:
         self.found = not quiet
         self.failures = 0
         self.due = 0.0
+        self.delay = 0.0  # until the poll after the latest one
         self.last: ServerReading | None = None
         self.live: list[LiveRate] = []
         self.model_checked = False  # the served model held against a measured one since the server came back
@@ -136,6 +136,9 @@ class Poller:
         self._counters = ServerRateMeter()
         self._moved: CounterMove | None = None  # the decode counters' move at the latest poll
         self._live_since_move = False
+        self._told: set[str] = set()  # the values that cannot be true, logged once each
+        self._slots: SlotsRead | None = None  # the previous read of /slots, with its requests
+        self.dropped = 0  # running requests dropped with their cells cleared since attach
 
     def backoff(self) -> float:
         return min(self.ceiling, max(self.interval, 1.0) * 2 ** (self.failures - 1))
@@ -143,6 +146,9 @@ class Poller:
     def poll(self, timeout: float) -> ServerReading | None:
         reading, slots = self.endpoint.probe(timeout)
         self.live = self._meter.update(slots)
+        if self._slots is not None:
+            self.dropped += dropped_requests(self._slots, slots)
+        self._slots = slots if slots.progress else None
         if healthy(reading):
             self.failures, delay = 0, self.interval
         else:
@@ -151,13 +157,37 @@ class Poller:
             reading = dataclasses.replace(reading, message=f"{reading.message}; retrying in {delay:.0f} s")
         rates, self._moved = self._counters.update(reading)
         reading = dataclasses.replace(reading, rates=rates)
-        if self.log is not None:
-            logged = self.log.read()
-            reading = dataclasses.replace(reading, context_failures=logged.failures, log=logged.note)
+        reading = self._with_failures(reading)
+        self.delay = delay
         self.due = time.monotonic() + delay
         self.last = reading
         self.found = self.found or is_found(reading)
         return reading if self.found else None
+
+    def _with_failures(self, reading: ServerReading) -> ServerReading:
+        """Requests failed for lack of cells since attach started: its log names them where it is
+        a readable file; /slots shows each as a running request dropped with its cells cleared."""
+        logged = self.log.read() if self.log is not None else None
+        in_log = logged.failures if logged is not None else None
+        if in_log is None and not self.dropped and not reading.slots:
+            return dataclasses.replace(reading, log=logged.note if logged is not None else "")
+        failures = max(in_log or 0, self.dropped)
+        note = logged.note if logged is not None else "no log to read"
+        if in_log is None:
+            note += f"; /slots: {self.dropped} running request(s) dropped with their cells cleared since attach"
+        return dataclasses.replace(reading, context_failures=failures, log=note)
+
+    def unbelievable(self, reading: ServerReading) -> list[str]:
+        """Each value the server gave that cannot be true, the first time it gives it."""
+        lines = [
+            f"{reading.source} {reading.url}: {key} {why}"
+            for key, why in reading.reasons.items()
+            if why.startswith("unreadable")
+        ]
+        new = [line for line in lines if line not in self._told]
+        if len(self._told) < TOLD_KEPT:
+            self._told.update(new)
+        return new
 
     def windows(self, reading: ServerReading) -> list[DecodeWindow]:
         """This poll's decode rate: /slots' progress while a request runs; otherwise the counters'
@@ -181,52 +211,70 @@ class AttachJob:
         interval: float = 0.5,
         timeout: float = 2.0,
         measured: MeasuredCapacity | None = None,
+        found: Found | None = None,
     ) -> None:
-        """No endpoints: look for both servers on their default loopback ports. ``measured``: the
-        capacity a triangulation measured for the served model, which its slots are held against."""
+        """No endpoints: find the servers on this machine when the job starts (``found``: already
+        looked). ``measured``: the capacity a triangulation measured for the served model, which its
+        slots are held against."""
         self.measured = measured
         self.endpoints = list(endpoints)
         self.interval = interval
         self.timeout = timeout
+        self.found = found
         self.discover_defaults = not self.endpoints
         self.title = _title(self.endpoints) if not self.discover_defaults else _searching_title()
 
     @classmethod
-    def from_args(
+    def from_urls(
         cls,
-        llama_server_url: str | None,
-        ollama_url: str | None,
+        urls: Mapping[str, str | None],
         interval: float = 0.5,
         timeout: float = 2.0,
         measured: MeasuredCapacity | None = None,
     ) -> AttachJob:
-        """Both URLs None: look on the default loopback ports when the job starts."""
-        endpoints = [
-            Endpoint(source, _checked_url(flag, url))
-            for source, flag, url in (
-                (LLAMA_SERVER, "--llama-server", llama_server_url),
-                (OLLAMA, "--ollama", ollama_url),
-            )
-            if url
-        ]
+        """``urls``: an API's name → the URL given for it (None: not given). None given: find the
+        servers when the job starts."""
+        endpoints = [Endpoint(name, _checked_url(APIS[name].flag, url)) for name, url in urls.items() if url]
         return cls(endpoints, interval, timeout, measured)
 
-    # --- the live job -----------------------------------------------------------------------
+    # --- what it follows --------------------------------------------------------------------
 
-    def pollers(self, chosen: FoundServer | None = None, local: dict[str, FoundServer] | None = None) -> list[Poller]:
-        """The endpoints given; else the server found by its process; else the default ports. A
-        server whose process is on this machine also gets its log and memory read."""
-        if chosen is not None:
-            return [self._poller(endpoint_of(chosen), chosen)]
+    def targets(self, publish: Publish) -> list[FoundServer]:
+        """The servers to read, each as discovery describes it (its process, flags and how it was
+        found), announced: the busiest found on this machine, or each URL given, resolved to the
+        process that listens there (or why none can be seen)."""
+        t = time.time()
         if self.discover_defaults:
-            return [
-                Poller(Endpoint(s, u), self.interval, quiet=True, ceiling=SEARCH_BACKOFF_S)
-                for s, u in DEFAULT_URLS.items()
-            ]
-        return [self._poller(e, (local or {}).get(e.url)) for e in self.endpoints]
+            found = self.found or find_servers(min(self.timeout, DISCOVERY_TIMEOUT_S))
+            chosen = found.chosen
+            if found.servers:
+                publish(ServersFound(t, tuple(found.servers), chosen.url if chosen else ""))
+                publish(Notice(t, describe_found(found), level="info" if chosen else "warning"))
+            if chosen is None:
+                return []
+            self.title = f"{chosen.kind} {chosen.url}"
+            return [chosen]
+        timeout = min(self.timeout, DISCOVERY_TIMEOUT_S)
+        servers = [resolve_url(APIS[e.source], e.url, timeout) for e in self.endpoints]
+        publish(ServersFound(t, tuple(servers), servers[0].url))
+        for s in servers:
+            publish(Notice(t, f"attached to {s.kind} at {s.url}: {s.how}"))
+        return servers
 
-    def _poller(self, endpoint: Endpoint, server: FoundServer | None) -> Poller:
-        if server is None or server.pid is None or server.kind == OLLAMA_SERVE:
+    def pollers(self, targets: Sequence[FoundServer]) -> list[Poller]:
+        """A poller per target; none found: quiet pollers on the default ports. A server whose
+        process is on this machine also gets its log and memory read."""
+        if targets:
+            return [self._poller(s) for s in targets]
+        return [
+            Poller(Endpoint(name, url), self.interval, quiet=True, ceiling=SEARCH_BACKOFF_S)
+            for name, url in DEFAULT_URLS.items()
+        ]
+
+    def _poller(self, server: FoundServer) -> Poller:
+        endpoint = endpoint_of(server)
+        kind = kind_named(server.kind)
+        if server.pid is None or kind is None or not kind.reads_process:
             return Poller(endpoint, self.interval)
         return Poller(endpoint, self.interval, log=ServerLog(server.pid), memory=MemoryProbe(server))
 
@@ -236,42 +284,24 @@ class AttachJob:
     def run(self, publish: Publish, cancel: threading.Event, on_worker: OnWorker) -> Outcome:
         if self.measured is not None:
             publish(dataclasses.replace(self.measured, t=time.time()))
-        chosen = self._find(publish) if self.discover_defaults else None
-        local = {} if self.discover_defaults else self._local(publish)
-        pollers = self.pollers(chosen, local)
-        announced = not self.discover_defaults or chosen is not None
+        targets = self.targets(publish)
+        pollers = self.pollers(targets)
+        searching = not targets
+        announced = not searching
         while not cancel.is_set():
             polled = self._poll_due(pollers, publish, cancel, announce_found=announced)
             if polled and not announced:
-                announced = self._announce_search(pollers, publish)
-            if polled and self.discover_defaults and chosen is None:
+                announced = self.announce_search(pollers, publish)
+            if polled and searching:
                 self._publish_not_found(pollers, publish)
             cancel.wait(max(0.0, min(p.due for p in pollers) - time.monotonic()))
         return "cancelled"
 
-    def _find(self, publish: Publish) -> FoundServer | None:
-        """Servers on this machine by their processes (and the default ports): follow the busiest."""
-        found: Found = find_servers(min(self.timeout, DISCOVERY_TIMEOUT_S))
-        chosen = found.chosen
-        t = time.time()
-        if found.servers:
-            publish(ServersFound(t, tuple(found.servers), chosen.url if chosen else ""))
-            publish(Notice(t, describe_found(found), level="info" if chosen else "warning"))
-        if chosen is not None:
-            self.title = f"{chosen.kind} {chosen.url}"
-        return chosen
-
-    def _local(self, publish: Publish) -> dict[str, FoundServer]:
-        """The given llama-server URLs that a process on this machine serves: URL → that server."""
-        urls = [e.url for e in self.endpoints if e.source == LLAMA_SERVER]
-        if not urls:
-            return {}
-        found = find_servers(min(self.timeout, DISCOVERY_TIMEOUT_S), ports=())
-        local = {s.url: s for s in found.servers if s.url in urls and s.pid is not None}
-        if local:
-            first = next(iter(local.values()))
-            publish(ServersFound(time.time(), tuple(local.values()), first.url))
-        return local
+    def poll_all(self, pollers: Sequence[Poller], publish: Publish) -> None:
+        """Every poller once, now (``attach --once``)."""
+        for poller in pollers:
+            poller.due = 0.0
+        self._poll_due(list(pollers), publish, threading.Event(), announce_found=True)
 
     def _poll_due(
         self, pollers: list[Poller], publish: Publish, cancel: threading.Event, *, announce_found: bool
@@ -290,6 +320,8 @@ class AttachJob:
             if announce_found and not was_found:
                 publish(Notice(reading.t, f"found {reading.source} at {reading.url}"))
             publish(reading)
+            for line in poller.unbelievable(reading):
+                publish(LogLine(reading.t, logging.WARNING, line))
             memory = poller.memory.read() if poller.memory is not None else None
             if memory is not None:
                 publish(memory)
@@ -324,7 +356,7 @@ class AttachJob:
                 )
             )
 
-    def _announce_search(self, pollers: list[Poller], publish: Publish) -> bool:
+    def announce_search(self, pollers: list[Poller], publish: Publish) -> bool:
         """After the first look at every default port: say what was found (True once said)."""
         readings = {p.endpoint.source: p.last for p in pollers if p.last is not None}
         if len(readings) < len(pollers):
@@ -352,7 +384,9 @@ class AttachJob:
 
 
 def endpoint_of(server: FoundServer) -> Endpoint:
-    return Endpoint(OLLAMA if server.kind == OLLAMA_SERVE else LLAMA_SERVER, server.url)
+    kind = kind_named(server.kind)
+    api = kind.api if kind is not None and kind.api is not None else LLAMA_SERVER_API
+    return Endpoint(api.name, server.url)
 
 
 def live_window(t: float, rate: LiveRate) -> DecodeWindow:
@@ -393,7 +427,7 @@ def _title(endpoints: Sequence[Endpoint]) -> str:
 
 
 def _searching_title() -> str:
-    ports = " / ".join(f"{s} :{urllib.parse.urlsplit(u).port}" for s, u in DEFAULT_URLS.items())
+    ports = " / ".join(f"{name} :{urllib.parse.urlsplit(api.default_url).port}" for name, api in APIS.items())
     return f"looking for {ports}"
 
 

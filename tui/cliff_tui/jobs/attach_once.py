@@ -8,68 +8,86 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cliff_tui.analysis.gauge import pool_gauge
-from cliff_tui.analysis.server_memory import memory_split
 from cliff_tui.analysis.server_rates import ServerRateMeter
-from cliff_tui.analysis.thresholds import POOL_FAILURE_HOLD_S, default_reserve
+from cliff_tui.analysis.thresholds import default_reserve
 from cliff_tui.codec import to_plain
-from cliff_tui.events import ServerMemory, ServerReading
-from cliff_tui.jobs.attach import (
-    DISCOVERY_TIMEOUT_S,
-    AttachJob,
-    Endpoint,
-    LiveDecodeMeter,
-    LiveRate,
-    endpoint_of,
-)
-from cliff_tui.jobs.server_memory import MemoryProbe
-from cliff_tui.probes.endpoints.discovery import describe_found, discover, find_servers, found_line
-from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead
-from cliff_tui.probes.endpoints.ollama import OLLAMA
+from cliff_tui.events import ServerReading
+from cliff_tui.jobs.attach import DISCOVERY_TIMEOUT_S, AttachJob, LiveRate, Poller, healthy
+from cliff_tui.probes.endpoints.discovery import NOT_VISIBLE, describe_found, find_servers, found_line
+from cliff_tui.probes.endpoints.kinds import reports
 from cliff_tui.probes.endpoints.server_flags import setting_text
-from cliff_tui.probes.endpoints.server_log import recent_failures
 from cliff_tui.records import FoundServer, SlotReading
 from cliff_tui.report.samples import sample_record
+from cliff_tui.store import Store
 
-RECORD_KEYS = {LLAMA_SERVER: "llama_server", OLLAMA: "ollama"}
 NOTHING_GENERATED = "no tokens generated since llama-server started: send a chat request, then attach again"
 
-Probe = tuple[ServerReading, SlotsRead]
+
+def record_key(source: str) -> str:
+    """An API's readings in the record: ``llama_server``, ``ollama``."""
+    return source.replace("-", "_")
 
 
 def attach_once(
     job: AttachJob, sampler: Any, *, sleep: Callable[[float], None] = time.sleep
 ) -> tuple[dict[str, Any], bool]:
-    """One sample and one reading per endpoint (two for llama-server, ``interval`` apart, for tok/s).
+    """Two polls of every server followed, ``interval`` apart (for tok/s and the memory's rate),
+    fed to a :class:`Store` as the screen's are; the record is read from that store.
 
     ``ok`` is False when no endpoint answered as it should (the CLI exits 3); following a PID with
     nothing else asked for is fine on its own.
     """
-    found: dict[str, Any] = {}
-    first, note = _first_probes(job, found)
-    chosen = found.pop("_chosen", None)
-    memory = MemoryProbe(chosen) if chosen is not None and chosen.pid is not None else None
-    before = memory.read() if memory is not None else None
-    sample = sampler.sample()
-    second = _second_probes(job, first, sleep)
-    after = memory.read() if memory is not None else None
-    record = sample_record(sample) | found
-    if memory is not None:
-        record["memory"] = memory_record([m for m in (before, after) if m is not None], sample, memory.problem)
-    if note:
-        record["discovery"] = note
-    settings = _attached_settings(found)
-    for source, (reading, slots) in first.items():
-        later = second.get(source)
-        live = _live_rate(slots, later[1]) if later else None
-        record[RECORD_KEYS[source]] = endpoint_record(reading, later[0] if later else None, live, settings)
-    latest = {source: (second.get(source) or probe)[0] for source, probe in first.items()}
-    if LLAMA_SERVER in latest and found.get("attached"):
-        record["pool"] = pool_record(latest[LLAMA_SERVER], found["attached"])
-        if record["pool"] is not None and memory is not None and memory.per_cell:
+    store = Store()
+
+    def feed(event: object) -> None:
+        store.feed(event)  # type: ignore[arg-type]  # a job publishes events only
+
+    targets = job.targets(feed)
+    pollers = job.pollers(targets)
+    store.feed(sampler.sample())
+    job.poll_all(pollers, feed)
+    if not targets:
+        job.announce_search(pollers, feed)
+    first = {p.endpoint.source: p.last for p in pollers if p.last is not None}
+    again = [p for p in pollers if p.last is not None and healthy(p.last)]
+    if again:
+        sleep(job.interval)
+        store.feed(sampler.sample())
+        job.poll_all(again, feed)
+    return once_record(job, store, pollers, first)
+
+
+def once_record(
+    job: AttachJob, store: Store, pollers: list[Poller], first: dict[str, ServerReading]
+) -> tuple[dict[str, Any], bool]:
+    sample = store.machine.latest
+    assert sample is not None
+    record = sample_record(sample)
+    attached = store.servers.attached
+    if store.servers.found is not None:
+        record["servers"] = [found_record(s) for s in store.servers.found.servers]
+        record["attached"] = found_record(attached) if attached is not None else None
+    notes = [n.text for n in store.messages.notices]
+    if notes:
+        record["discovery"] = notes[0] if len(notes) == 1 else "; ".join(notes)
+    settings = {s.name: s.value for s in attached.settings} if attached is not None else {}
+    for poller in pollers:
+        if poller.last is None:
+            continue
+        before = first.get(poller.endpoint.source, poller.last)
+        later = poller.last if poller.last is not before else None
+        live = _total_live(poller.live) if later is not None else None
+        record[record_key(poller.endpoint.source)] = endpoint_record(before, later, live, settings)
+    if attached is not None:
+        record["memory"] = _memory(store, pollers, attached)
+        record["pool"] = _pool(store, pollers)
+        memory = next((p.memory for p in pollers if p.memory is not None), None)
+        if record["pool"] is not None and memory is not None and memory.per_cell and "pool_ctx" in settings:
             record["pool"]["largest_context_by_memory"] = memory_limit(
-                int(found["attached"]["settings"]["pool_ctx"]["value"]), memory.per_cell, sample
+                int(settings["pool_ctx"]), memory.per_cell, sample
             )
+    record["signs"] = {str(n): to_plain(state) for n, state in store.signs.current.items()}
+    latest = {p.endpoint.source: p.last for p in pollers if p.last is not None}
     ok, reason = _verdict(job, latest, sample)
     record["ok"] = ok
     if reason:
@@ -77,39 +95,11 @@ def attach_once(
     return record, ok
 
 
-def _first_probes(job: AttachJob, record: dict[str, Any]) -> tuple[dict[str, Probe], str | None]:
-    if not job.discover_defaults:
-        return {e.source: e.probe(job.timeout) for e in job.endpoints}, None
-    servers = find_servers(timeout=min(job.timeout, DISCOVERY_TIMEOUT_S))
-    record["servers"] = [found_record(s) for s in servers.servers]
-    chosen = servers.chosen
-    record["attached"] = found_record(chosen) if chosen is not None else None
-    record["_chosen"] = chosen
-    if chosen is not None:
-        endpoint = endpoint_of(chosen)
-        return {endpoint.source: endpoint.probe(job.timeout)}, describe_found(servers)
-    found = discover(timeout=min(job.timeout, DISCOVERY_TIMEOUT_S))
-    probes = {source: (reading, SlotsRead()) for source, reading in found.readings.items()}
-    if found.readings[LLAMA_SERVER].status == "ok":  # again, with /slots' progress for a live rate
-        probes[LLAMA_SERVER] = Endpoint(LLAMA_SERVER, found.found[LLAMA_SERVER]).probe(job.timeout)
-    return probes, found.message
-
-
-def _second_probes(job: AttachJob, first: dict[str, Probe], sleep: Callable[[float], None]) -> dict[str, Probe]:
-    again = [r for r, _ in first.values() if r.source == LLAMA_SERVER and r.status == "ok"]
-    if not again:
-        return {}
-    sleep(job.interval)
-    return {r.source: Endpoint(r.source, r.url).probe(job.timeout) for r in again}
-
-
-def _live_rate(before: SlotsRead, after: SlotsRead) -> LiveRate | None:
-    meter = LiveDecodeMeter()
-    meter.update(before)
-    rates = meter.update(after)
+def _total_live(rates: list[LiveRate]) -> LiveRate | None:
+    """Every decoding slot together: the server's throughput."""
     if not rates:
         return None
-    total = sum(r.n_tokens for r in rates)  # every decoding slot: the server's throughput
+    total = sum(r.n_tokens for r in rates)
     return LiveRate(rates[0].slot, total, max(r.seconds for r in rates), max(r.depth or 0 for r in rates))
 
 
@@ -122,13 +112,6 @@ def _verdict(job: AttachJob, latest: dict[str, ServerReading], sample: Any) -> t
         return True, None
     problems = "; ".join(f"{r.source} {r.url}: {r.status} — {r.message}" for r in latest.values())
     return False, f"no server could be read ({problems})" if problems else "no server to read"
-
-
-def _attached_settings(found: dict[str, Any]) -> dict[str, str]:
-    attached = found.get("attached")
-    if not attached:
-        return {}
-    return {name: s["value"] for name, s in attached["settings"].items()}
 
 
 def endpoint_record(
@@ -147,7 +130,7 @@ def endpoint_record(
         "reason": None if latest.status == "ok" else latest.message or latest.status,
     }
     record.update(_rates(reading, later, live))
-    if latest.source == LLAMA_SERVER:
+    if reports(latest.source, "slots"):
         record.update(_llama_fields(latest, settings or {}))
     else:
         record["models"] = [_model_record(m) for m in latest.models]
@@ -194,7 +177,7 @@ def _rate_or_average(
 ) -> tuple[float | None, str | None, str | None]:
     """(tok/s, basis, reason): the server's counters between the two readings, else the running
     request's progress in /slots, else the server's lifetime average."""
-    if latest.status != "ok" or latest.source != LLAMA_SERVER:
+    if latest.status != "ok" or not reports(latest.source, "counters"):
         return None, None, reason
     if rate is not None:
         return rate, "server counters between the two readings (a request finished in between)", None
@@ -304,44 +287,35 @@ def list_servers(timeout: float) -> tuple[dict[str, Any], str]:
     return record, "\n".join(lines)
 
 
-def pool_record(reading: ServerReading, attached: dict[str, Any]) -> dict[str, Any] | None:
-    """The context pool gauge of one reading: cells in use against what runs out first, red where
-    the server's log (written within the last minute) says requests failed for lack of cells."""
-    settings = {name: s["value"] for name, s in attached["settings"].items()}
-    pool, unified = settings.get("pool_ctx"), settings.get("kv_unified")
-    if pool is None or unified is None:
+def _pool(store: Store, pollers: list[Poller]) -> dict[str, Any] | None:
+    """The context pool gauge as the screen draws it, with what the log said of failures."""
+    gauge = store.servers.pool_gauge()
+    shown = store.servers.shown
+    if gauge is None or shown is None:
         return None
-    logged = recent_failures(attached["pid"], POOL_FAILURE_HOLD_S, time.time()) if attached.get("pid") else None
-    slot_ctx = settings.get("slot_ctx")
-    gauge = pool_gauge(
-        [s.tokens_used for s in reading.slots],
-        unified == "true",
-        int(pool),
-        int(slot_ctx) if slot_ctx else None,
-        failing=bool(logged and logged.failures),
-    )
-    if gauge is None:
-        return None
+    values = {s.name: s.value for s in store.servers.attached.settings} if store.servers.attached else {}
     return {
         "tokens": gauge.tokens,
         "max_context": gauge.max_context,
         "fraction": round(gauge.fraction, 4),
         "level": gauge.level,
-        "unified": unified == "true",
+        "unified": values.get("kv_unified") == "true",
         "what": gauge.tier,
         "failing": gauge.failing,
-        "context_failures_in_log": logged.failures if logged else None,
-        "log": logged.note if logged else "no process to read a log from",
+        "context_failures_in_log": shown.context_failures,
+        "log": shown.log or "no process to read a log from",
         "note": gauge.note,
     }
 
 
-def memory_record(readings: list[ServerMemory], sample: Any, problem: str) -> dict[str, Any] | None:
-    """The attached server's memory split (two readings ``interval`` apart give the growth rate)."""
-    split = memory_split(readings, sample.ram_room_bytes, gpus=sample.gpus)
-    if split is None:
-        return {"reason": problem or "not read"}
-    return to_plain(split) | {"text": split.text()}
+def _memory(store: Store, pollers: list[Poller], attached: FoundServer) -> dict[str, Any]:
+    split = store.server_memory()
+    if split is not None:
+        return to_plain(split) | {"text": split.text()}
+    if attached.pid is None:
+        return {"reason": f"{NOT_VISIBLE}: {attached.how}"}
+    problem = next((p.memory.problem for p in pollers if p.memory is not None and p.memory.problem), "")
+    return {"reason": problem or "not read"}
 
 
 def memory_limit(pool_ctx: int, per_cell: float, sample: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from cliff_tui.analysis.buffers import gpu_index_of
 from cliff_tui.analysis.cliff import cliff_verdict, memory_sign
-from cliff_tui.analysis.signs import SignState, ram_trend, sign1, sign2, sign3
+from cliff_tui.analysis.signs import SignState, not_visible_sign2, ram_trend, sign1, sign2, sign3
 from cliff_tui.analysis.speed import classify_speed
 from cliff_tui.analysis.thresholds import RAM_TREND_WINDOW_S
 from cliff_tui.events import (
@@ -116,6 +116,7 @@ class Store:
             servers.servers_found(event)
         elif isinstance(event, ServerMemory):
             servers.remembered(event)
+            self.history.add("server.rss", event.t, event.rss_bytes)
         elif isinstance(event, LogLine):
             self.messages.log.append(event)
         elif isinstance(event, Notice):
@@ -145,13 +146,26 @@ class Store:
         three = sign3(self.speed_verdict(), self.live_tok_s())
         if s is None:
             return {1: WAITING[1], 2: WAITING[2], 3: three}
+        running = self.runs.running
+        two = self._sign2(s) if running is not None or self.servers.attached is None else self._server_sign2(s)
+        watch = running.watch if running is not None else self.signs.session_watch
+        return {1: sign1(s, self.machine.baselines, watch), 2: two, 3: three}
+
+    def _sign2(self, s: Sample) -> SignState:
+        """This machine's RAM, and the followed process's own where one is followed."""
         since = s.t - RAM_TREND_WINDOW_S
         system = ram_trend(self.history.get("ram.used").since(since))
         model = ram_trend(self.history.get("process.rss").since(since)) if s.process is not None else None
-        two = sign2(system, self.generating, self.kv_on_gpu, model)
-        running = self.runs.running
-        watch = running.watch if running is not None else self.signs.session_watch
-        return {1: sign1(s, self.machine.baselines, watch), 2: two, 3: three}
+        return sign2(system, self.generating, self.kv_on_gpu, model)
+
+    def _server_sign2(self, s: Sample) -> SignState:
+        """Attached to a server: its own process's memory, never this machine's RAM alone."""
+        attached = self.servers.attached
+        assert attached is not None
+        if attached.pid is None:
+            return not_visible_sign2(attached.how)
+        server = ram_trend(self.history.get("server.rss").since(s.t - RAM_TREND_WINDOW_S))
+        return sign2(server, self.generating, self.kv_on_gpu)
 
     # --- what combines the kinds, computed where read ---------------------------------------
 

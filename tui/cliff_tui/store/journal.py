@@ -2,8 +2,9 @@
 
 Each kind of event is kept as long as the state built from it lasts: the samples and server
 readings the history shows (a ring as long as the history's), the attached servers' decode
-windows the speed sign judges, the log, notices and generated text the screens keep; every event of
-a run, and the plan, the target and a measured capacity, whole. Alerts are not kept: a replay
+windows the speed sign judges, their memory readings, the log, notices and generated text the
+screens keep; the latest of what the servers found and a measured capacity (each replaces the one
+before); every event of a run, and the plan and the target, whole. Alerts are not kept: a replay
 raises them again from the same events.
 """
 
@@ -20,9 +21,12 @@ from cliff_tui.events import (
     Event,
     GeneratedText,
     LogLine,
+    MeasuredCapacity,
     Notice,
     Sample,
+    ServerMemory,
     ServerReading,
+    ServersFound,
 )
 from cliff_tui.store.messages import LOG_LINES_KEPT, NOTICES_KEPT
 from cliff_tui.store.runs import TEXT_KEPT
@@ -31,11 +35,15 @@ from cliff_tui.store.servers import POINTS_KEPT
 
 class Journal:
     def __init__(self, periodic_kept: int) -> None:
-        """``periodic_kept``: samples, and readings of the servers, kept (the history's length)."""
+        """``periodic_kept``: samples, and readings of the servers and their memory, kept (the
+        history's length)."""
         self._kept_for = {
             "sample": periodic_kept,
             "server": periodic_kept,
             "attach_window": POINTS_KEPT,
+            "server_memory": periodic_kept,  # as long as the history of the server's RSS they draw
+            "found": 1,
+            "measured": 1,
             "log": LOG_LINES_KEPT,
             "notice": NOTICES_KEPT,
             "text": TEXT_KEPT,
@@ -63,19 +71,22 @@ class Journal:
                 yield event
 
 
+# Each kind of event kept in its own bounded window; an attach's decode windows apart from a run's.
+_KIND_OF: dict[type, str] = {
+    Sample: "sample",
+    ServerReading: "server",
+    ServerMemory: "server_memory",
+    ServersFound: "found",
+    MeasuredCapacity: "measured",
+    LogLine: "log",
+    Notice: "notice",
+    GeneratedText: "text",
+}
+
+
 def _kind(event: Event) -> str | None:
     if isinstance(event, Alert):
         return None
-    if isinstance(event, Sample):
-        return "sample"
-    if isinstance(event, ServerReading):
-        return "server"
     if isinstance(event, DecodeWindow) and event.run_id == ATTACH_RUN_ID:
         return "attach_window"
-    if isinstance(event, LogLine):
-        return "log"
-    if isinstance(event, Notice):
-        return "notice"
-    if isinstance(event, GeneratedText):
-        return "text"
-    return "run"
+    return _KIND_OF.get(type(event), "run")

@@ -16,6 +16,7 @@ from cliff_tui.events import (
     ServerReading,
     ServersFound,
 )
+from cliff_tui.probes.endpoints.kinds import Report, reports
 from cliff_tui.records import DecodePoint, FoundServer
 
 if TYPE_CHECKING:
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 ServerKey = tuple[str, str]  # (source, url)
 POINTS_KEPT = 2000  # decode windows of the attached servers
-POOL_POINTS_KEPT = 600  # the attached server's cells in use, one per reading
+POOL_POINTS_KEPT = 600  # each server's cells in use, one per reading
+MEMORY_KEPT = 600  # the attached server's memory readings
 
 
 class ServersState:
@@ -34,8 +36,8 @@ class ServersState:
         self.last_window: DecodeWindow | None = None
         self.found: ServersFound | None = None  # what attach found on this machine, and follows
         self.last_failure_t: float | None = None  # when the attached server's log last said a request failed
-        self.pool_points: deque[tuple[float, int]] = deque(maxlen=POOL_POINTS_KEPT)
-        self.memory: deque[ServerMemory] = deque(maxlen=POOL_POINTS_KEPT)  # the attached server's
+        self.pool_points: dict[str, deque[tuple[float, int]]] = {}  # URL → (t, cells in use)
+        self.memory: deque[ServerMemory] = deque(maxlen=MEMORY_KEPT)  # the attached server's
 
     def read(self, e: ServerReading) -> None:
         before = self.readings.get((e.source, e.url))
@@ -43,8 +45,8 @@ class ServersState:
         if e.context_failures and (before is None or (before.context_failures or 0) < e.context_failures):
             self.last_failure_t = e.t
         held = [slot.tokens_used for slot in e.slots if slot.tokens_used is not None]
-        if held and self.attached is not None and self.attached.url == e.url:
-            self.pool_points.append((e.t, sum(held)))
+        if held:
+            self.pool_points.setdefault(e.url, deque(maxlen=POOL_POINTS_KEPT)).append((e.t, sum(held)))
 
     def decoded(self, e: DecodeWindow) -> None:
         if e.run_id != ATTACH_RUN_ID:
@@ -87,12 +89,12 @@ class ServersState:
             pool,
             _int(values.get("slot_ctx")),
             failing=failing,
-            growth_per_s=self._pool_growth(shown.t),
+            growth_per_s=self._pool_growth(shown.url, shown.t),
         )
 
-    def _pool_growth(self, now: float) -> float | None:
+    def _pool_growth(self, url: str, now: float) -> float | None:
         """Cells per second the pool gained over the recent window (first to last point)."""
-        points = [p for p in self.pool_points if now - p[0] <= th.POOL_GROWTH_WINDOW_S]
+        points = [p for p in self.pool_points.get(url, ()) if now - p[0] <= th.POOL_GROWTH_WINDOW_S]
         if len(points) < 2 or points[-1][0] - points[0][0] <= 0:
             return None
         return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
@@ -105,8 +107,13 @@ class ServersState:
         """The server whose speed is shown: the newest llama-server reading (its counters carry the
         rates), else the newest of any."""
         readings = list(self.readings.values())
-        llama = [r for r in readings if r.source != "ollama"]
-        return max(llama or readings, key=lambda r: r.t, default=None)
+        counted = [r for r in readings if self.reports(r, "counters")]
+        return max(counted or readings, key=lambda r: r.t, default=None)
+
+    @staticmethod
+    def reports(reading: ServerReading, report: Report) -> bool:
+        """Whether the API ``reading`` came from can carry ``report`` (Ollama has no token counters)."""
+        return reports(reading.source, report)
 
     @property
     def processing(self) -> bool:
