@@ -35,8 +35,13 @@ def test_a_unified_pool_counts_every_slot_and_a_split_one_the_fullest():
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_the_pool_runs_out_amber_before_the_first_failure_red_at_it(tmp_path, monkeypatch):
-    with started_llama_server(tmp_path, "-np", "4", "--kv-unified", "--metrics", ctx=str(POOL)) as server:
+@pytest.mark.parametrize("terminal", [False, True], ids=["log-file", "terminal"])
+def test_the_pool_runs_out_amber_before_the_first_failure_red_at_it(tmp_path, monkeypatch, terminal):
+    """Red at the first failure whether the server logs to a file (which names the failures) or to
+    a terminal (the dropped requests show in /slots); an ``--once`` started after the failure counts
+    none of them (failures are counted from when attach starts)."""
+    flags = ("-np", "4", "--kv-unified", "--metrics")
+    with started_llama_server(tmp_path, *flags, ctx=str(POOL), terminal=terminal) as server:
         events, lock, cancel, watcher = attach_in_background(monkeypatch, server.proc.pid)
         try:
             seen = run_until_failure(server.url, events, lock)
@@ -48,8 +53,10 @@ def test_the_pool_runs_out_amber_before_the_first_failure_red_at_it(tmp_path, mo
     assert "amber" in levels["screen"][:failed_turn] and "amber" in levels["json"][:failed_turn]
     assert "red" not in levels["screen"][:failed_turn] and "red" not in levels["json"][:failed_turn]
     assert levels["screen"][failed_turn] == "red" and "requests fail" in screen
-    assert record["pool"]["level"] == "red" and record["pool"]["failing"] and record["pool"]["unified"]
-    assert record["pool"]["max_context"] == POOL and record["attached"]["settings"]["kv_unified"]["value"] == "true"
+    assert not record["pool"]["failing"] and record["pool"]["context_failures_in_log"] == 0
+    assert record["pool"]["unified"] and record["pool"]["max_context"] == POOL
+    assert record["attached"]["settings"]["kv_unified"]["value"] == "true"
+    assert ("/slots" in record["pool"]["log"]) == terminal
 
 
 def run_until_failure(url: str, events: list, lock: threading.Lock):
@@ -63,7 +70,9 @@ def run_until_failure(url: str, events: list, lock: threading.Lock):
         store = store_after_a_poll(events, lock)
         gauge = store.gauge()
         levels["screen"].append(gauge.level if gauge else "none")
-        record, _ = attach_once(AttachJob.from_args(None, None, 0.1, 2.0), Sampler(), sleep=lambda s: None)
+        record, _ = attach_once(
+            AttachJob.from_urls({"llama-server": None, "ollama": None}, 0.1, 2.0), Sampler(), sleep=lambda s: None
+        )
         levels["json"].append((record.get("pool") or {}).get("level", "none"))
         if failed:
             assert all("Context size has been exceeded" in body for code, body in answers if code != 200)
@@ -104,7 +113,7 @@ def attach_in_background(monkeypatch, pid: int):
         with lock:
             events.append(event)
 
-    job = AttachJob.from_args(None, None, interval=0.2, timeout=2.0)
+    job = AttachJob.from_urls({"llama-server": None, "ollama": None}, interval=0.2, timeout=2.0)
     watcher = threading.Thread(target=job.run, args=(publish, cancel, lambda *a: None), daemon=True)
     watcher.start()
     return events, lock, cancel, watcher
@@ -127,7 +136,9 @@ def test_a_long_chat_s_host_memory_is_explained(tmp_path, monkeypatch):
                 answers = chat_turn(server.url, chats, [turns[(turn * 4 + i) % len(turns)] for i in range(4)])
                 assert all(code == 200 for code, _ in answers), answers
             store = store_after_a_poll(events, lock)
-            record, _ = attach_once(AttachJob.from_args(None, None, 0.2, 2.0), Sampler(), sleep=time.sleep)
+            record, _ = attach_once(
+                AttachJob.from_urls({"llama-server": None, "ollama": None}, 0.2, 2.0), Sampler(), sleep=time.sleep
+            )
         finally:
             cancel.set()
             watcher.join(10)
@@ -136,10 +147,11 @@ def test_a_long_chat_s_host_memory_is_explained(tmp_path, monkeypatch):
         kv = kv_total_bytes(model, KvSettings(n_ctx=4096, n_seq=4, kv_unified=False))
     assert split is not None and split.kv_cache == kv and kv > 0
     assert split.model is not None and 0 < split.model <= split.rss and split.model <= model.size_bytes
-    assert split.growth > 0 and split.growth < 256 * MiB and split.saved_tokens and split.saved_tokens > 0
+    assert split.prompt_cache is not None and 0 < split.prompt_cache < 256 * MiB, split.cache_basis
+    assert split.saved_tokens and split.saved_tokens > 0
     assert split.cache_ram == 256 * MiB
     line = " ".join(text for parts in [server_line(store), *attached_lines(store)] for text, _ in parts)
-    assert "prompt cache +" in line and "/ --cache-ram 256 MiB" in line
+    assert "prompt cache " in line and " tok) / --cache-ram 256 MiB" in line
     assert f"listening on 127.0.0.1:{server.port}" in line and "cache_ram=256MiB" in line
     memory = record["memory"]
     assert memory["kv_cache"] == kv and memory["model"] > 0 and "RSS" in memory["text"]

@@ -19,36 +19,73 @@ from cliff_tui.cli import (
     EXIT_WORKER_DIED,
 )
 from cliff_tui.cli.checks import check_input, check_once, check_served, export_format, kv_types, need_terminal
+from cliff_tui.cli.parser import server_urls
 from cliff_tui.errors import BadInput
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.text import inert
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    """The memory tiers; next to a running llama.cpp server (found by its process), that server as
+    ``attach`` shows it."""
     from cliff_tui.probes.sampler import Sampler
 
     check_once(args)
     check_input(args)
+    found = None if args.no_servers else _servers_nearby(args.timeout)
+    if found is not None and found.chosen is not None and not args.once and not args.headless:
+        return _attach_tui(args, found)
     sampler = Sampler(pid=args.pid)
     if not args.once and not args.headless:
         return _tui(args, _session(args, sampler=sampler))
-    from cliff_tui.headless import Headless, watch_line
+    from cliff_tui.headless import Headless
 
     if args.once:
-        from cliff_tui.report.samples import sample_record
-
-        sample = sampler.sample()
-        # flushed first: where the reading cannot be written, that is the one line said
-        print(json.dumps(sample_record(sample), indent=2) if args.json else watch_line(sample), flush=True)
-        if sample.no_vram and not args.json:
-            print(f"cliff-tui: {sample.no_vram}", file=sys.stderr)
-        return 0
+        return _watch_once(args, sampler.sample(), found)
     session = _session(args, sampler=sampler, queued=False)
     headless = Headless(session)
     headless.watch(sys.stdout, args.json)
     if headless.output_error is not None:
         raise headless.output_error  # main() says it in one line
     return _exit_code(session)
+
+
+def _servers_nearby(timeout: float):
+    from cliff_tui.jobs.attach import DISCOVERY_TIMEOUT_S
+    from cliff_tui.probes.endpoints.discovery import find_servers
+
+    return find_servers(min(timeout, DISCOVERY_TIMEOUT_S))
+
+
+def _attach_tui(args: argparse.Namespace, found) -> int:
+    from cliff_tui.jobs.attach import AttachJob
+
+    job = AttachJob([], args.interval, args.timeout, found=found)
+    return _tui(args, _session(args, job, sampler=_sampler_for(job, pid=args.pid)), mode="attach")
+
+
+def _watch_once(args: argparse.Namespace, sample, found) -> int:
+    from cliff_tui.headless import watch_line
+    from cliff_tui.jobs.attach_once import found_record
+    from cliff_tui.probes.endpoints.discovery import describe_found
+    from cliff_tui.report.samples import sample_record
+
+    if args.json:
+        record = sample_record(sample)
+        if found is not None:
+            record["servers"] = [found_record(s) for s in found.servers]
+            record["attached"] = found.chosen.url if found.chosen is not None else None
+            record["servers_text"] = describe_found(found)
+        print(
+            json.dumps(record, indent=2), flush=True
+        )  # flushed first: where it cannot be written, that is the one line said
+        return 0
+    print(watch_line(sample), flush=True)
+    if found is not None and found.servers:
+        print(f"servers: {describe_found(found)}", flush=True)
+    if sample.no_vram:
+        print(f"cliff-tui: {sample.no_vram}", file=sys.stderr)
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -131,7 +168,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     check_once(args)
     check_input(args)
     measured = _measured_capacity(args.from_file) if args.from_file else None
-    job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout, measured)
+    job = AttachJob.from_urls(server_urls(args), args.interval, args.timeout, measured)
     sampler = _sampler_for(job, pid=args.pid)
     if args.once:
         record, ok = attach_once(job, sampler)
@@ -219,8 +256,8 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     check_input(args)
     plans = read_plans(args.from_file) if args.from_file else []
     job = None
-    if args.llama_server or args.ollama:
-        job = AttachJob.from_args(args.llama_server, args.ollama, args.interval, args.timeout)
+    if any(server_urls(args).values()):
+        job = AttachJob.from_urls(server_urls(args), args.interval, args.timeout)
     session = Session(sampler=Sampler(pid=args.pid), job=job, interval=args.interval, queued=False)
     return Exporter(session, plans).run(bind)
 
@@ -377,10 +414,10 @@ def _run_headless(session, ends_on_failure: bool = False) -> str:
     return Headless(session, ends_on_failure=ends_on_failure).run_job()
 
 
-def _tui(args: argparse.Namespace, session) -> int:
+def _tui(args: argparse.Namespace, session, mode: str | None = None) -> int:
     session.start_sampling(in_loop=True)  # the first sample is waiting when the screen's code has loaded
     from cliff_tui.ui.app import CliffApp
 
-    app = CliffApp(args.command, session)
+    app = CliffApp(mode or args.command, session)
     app.run()
     return app.return_code or 0

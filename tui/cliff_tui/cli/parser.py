@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from cliff_tui import __version__
 from cliff_tui.formats import FORMATS
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
+from cliff_tui.probes.endpoints.kinds import APIS
 from cliff_tui.units import C_INT_MAX, LLAMA_MAX_SEQ, parse_size, parse_tokens
 
 SUBCOMMANDS = ("watch", "run", "triangulate", "replay", "export", "attach", "fit", "models", "exporter", "serve")
@@ -276,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--once", action="store_true", help="print one sample and exit")
     watch.add_argument("--json", action="store_true", help="JSON output (with --once or --headless)")
     watch.add_argument("--headless", action="store_true", help="no screen: a line per sample until SIGINT/SIGTERM")
+    watch.add_argument(
+        "--no-servers",
+        action="store_true",
+        help="do not look for llama.cpp servers (by default, one found is followed as `attach` would)",
+    )
+    watch.add_argument("--timeout", type=_timeout, default=2.0, metavar="S", help="HTTP timeout for servers found")
 
     run = sub.add_parser("run", help="load a model, prefill deep, generate: watch the three signs")
     _add_model_flags(run)
@@ -356,8 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     attach = sub.add_parser("attach", help="watch a running llama-server / Ollama / process")
     attach.add_argument("--pid", type=_positive_int, help="a process to follow (RSS, children, GPU memory)")
-    attach.add_argument("--llama-server", metavar="URL", help="llama-server base URL (run it with --metrics)")
-    attach.add_argument("--ollama", metavar="URL", help="Ollama base URL")
+    _add_server_urls(attach, "")
     attach.add_argument("--once", action="store_true", help="one reading as JSON, then exit (3 if unreachable)")
     attach.add_argument("--json", action="store_true", help="(with --once) JSON output; the default")
     attach.add_argument(
@@ -399,8 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help=f"where to listen (default 127.0.0.1:{EXPORTER_PORT}: this machine only)",
     )
-    exporter.add_argument("--llama-server", metavar="URL", help="also read this llama-server (run it with --metrics)")
-    exporter.add_argument("--ollama", metavar="URL", help="also read this Ollama")
+    _add_server_urls(exporter, "also read this server: ")
     exporter.add_argument(
         "--from",
         dest="from_file",
@@ -439,6 +444,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="the cliff-tui command each browser tab runs (default: watch)",
     )
     return parser
+
+
+def _add_server_urls(parser: argparse.ArgumentParser, lead: str) -> None:
+    """A URL flag for each server API cliff-tui reads (``--llama-server``, ``--ollama``)."""
+    for api in APIS.values():
+        parser.add_argument(api.flag, dest=url_dest(api.name), metavar="URL", help=lead + api.help)
+
+
+def url_dest(api_name: str) -> str:
+    return "url_" + api_name.replace("-", "_")
+
+
+def server_urls(args: argparse.Namespace) -> dict[str, str | None]:
+    """Each server API → the URL given for it on the command line (None: not given)."""
+    return {name: getattr(args, url_dest(name), None) for name in APIS}
 
 
 def normalise_argv(argv: Sequence[str]) -> list[str]:
