@@ -66,7 +66,9 @@ def attached_events():
         ServerReading(1.5, "llama-server", URL, "ok", slots=slots),
         ServerMemory(2.0, URL, 42, 180 << 20, 70 << 20, 110 << 20, 0, 92 << 20, 45 << 20, 23040.0, 256 << 20),
         ServerReading(3.5, "llama-server", URL, "ok", slots=slots, context_failures=0),
-        ServerMemory(4.0, URL, 42, 190 << 20, 80 << 20, 110 << 20, 0, 92 << 20, 45 << 20, 23040.0, 256 << 20),
+        ServerMemory(
+            4.0, URL, 42, 190 << 20, 80 << 20, 110 << 20, 0, 92 << 20, 45 << 20, 23040.0, 256 << 20, 24 << 20, "smaps"
+        ),
     ]
 
 
@@ -75,7 +77,8 @@ def test_the_exporter_exports_the_server_s_memory_split_and_its_pool():
     _, series = scrape_registry(exporter.registry)
     assert value(series, "cliff_server_memory_bytes", server=URL, part="kv_cache") == 45 << 20
     assert value(series, "cliff_server_memory_bytes", server=URL, part="model") == 92 << 20
-    assert value(series, "cliff_server_memory_bytes", server=URL, part="prompt_cache_growth") == 10 << 20
+    assert value(series, "cliff_server_memory_bytes", server=URL, part="prompt_cache") == 24 << 20
+    assert value(series, "cliff_server_memory_bytes", server=URL, part="other_anon") == 11 << 20
     assert value(series, "cliff_server_prompt_cache_growth_bytes_per_second", server=URL) == 5 << 20
     assert value(series, "cliff_server_prompt_cache_limit_bytes", server=URL) == 256 << 20
     assert value(series, "cliff_context_cells", state="used") == 1920

@@ -253,6 +253,8 @@ class ServerMemory:
     kv_cache_bytes: int | None = None
     kv_bytes_per_cell: float | None = None
     cache_ram_bytes: int | None = None  # None: no limit (-1) or unknown
+    prompt_cache_bytes: int | None = None  # saved prompts + checkpoints now; None: unreadable
+    prompt_cache_basis: str = ""  # how that figure was read, or why it could not be
 
 
 Event = (

@@ -19,21 +19,26 @@ class MemorySplit:
     model: int | None  # the model file's resident pages
     other_file: int  # libraries and other mapped files
     kv_cache: int | None
-    beyond: int  # anonymous memory beyond the KV cache: compute buffers, heap, prompt cache
-    growth: int  # anonymous memory gained since attach: the prompt cache and checkpoints
-    growth_per_s: float | None
-    saved_tokens: int | None  # the growth in tokens of saved prompt (KV bytes per cell)
+    beyond: int  # anonymous memory beyond the KV cache and the prompt cache: compute buffers, heap
+    prompt_cache: int | None  # saved prompts + checkpoints now; None: unreadable (``cache_basis`` says why)
+    cache_basis: str
+    growth_per_s: float | None  # anonymous memory's rate over the window
+    saved_tokens: int | None  # the prompt cache in tokens of saved prompt (KV bytes per cell)
     cache_ram: int | None
     seconds_to_out: float | None  # until RAM (or the cgroup's limit) runs out at this growth
     vram: tuple[tuple[int, int], ...] = ()  # (GPU index, bytes) the process holds there (NVML per process)
 
+    def cache_words(self) -> str:
+        if self.prompt_cache is None:
+            return "prompt cache n/a"
+        words = f"prompt cache {fmt_bytes(self.prompt_cache)}"
+        return words + (f" (~{self.saved_tokens:,} tok)" if self.saved_tokens is not None else "")
+
     def short_text(self) -> str:
-        """The screen's one line: the parts that add up to RSS, then the growth against its cap."""
+        """The screen's one line: the parts that add up to RSS, then the prompt cache against its cap."""
         kv = f" + KV {fmt_bytes(self.kv_cache)}" if self.kv_cache is not None else ""
         line = f"RSS {fmt_bytes(self.rss)} = model {fmt_bytes(self.model)} mapped{kv}"
-        line += f" + other {fmt_bytes(self.beyond + self.other_file)} · prompt cache +{fmt_bytes(self.growth)}"
-        if self.saved_tokens is not None:
-            line += f" (~{self.saved_tokens:,} tok)"
+        line += f" + other {fmt_bytes(self.beyond + self.other_file)} · {self.cache_words()}"
         line += f" / --cache-ram {self.cache_ram // MiB} MiB" if self.cache_ram is not None else ", no --cache-ram cap"
         if self.seconds_to_out is not None:
             line += f", RAM out in ~{fmt_duration(self.seconds_to_out)}"
@@ -46,18 +51,24 @@ class MemorySplit:
         if self.kv_cache is not None:
             parts.append(f"KV cache {fmt_bytes(self.kv_cache)} (from the GGUF header and flags)")
         parts.append(f"other anonymous {fmt_bytes(self.beyond)}")
-        grown = f"prompt cache + checkpoints grew {fmt_bytes(self.growth)} since attach"
-        if self.saved_tokens is not None:
-            grown += f" (~{self.saved_tokens:,} tokens of saved prompt)"
-        if self.cache_ram is not None:
-            grown += f", capped by --cache-ram {self.cache_ram // MiB} MiB"
+        if self.prompt_cache is None:
+            cache = f"prompt cache + checkpoints unreadable: {self.cache_basis}"
         else:
-            grown += ", no --cache-ram cap"
+            cache = f"prompt cache + checkpoints {fmt_bytes(self.prompt_cache)}"
+            if self.saved_tokens is not None:
+                cache += f" (~{self.saved_tokens:,} tokens of saved prompt)"
+        cache += (
+            f", capped by --cache-ram {self.cache_ram // MiB} MiB"
+            if self.cache_ram is not None
+            else ", no --cache-ram cap"
+        )
+        if self.prompt_cache is not None:
+            cache += f" (read from {self.cache_basis})"
         if self.growth_per_s and self.growth_per_s > 0:
-            grown += f"; +{fmt_bytes(self.growth_per_s)}/s"
+            cache += f"; anonymous memory +{fmt_bytes(self.growth_per_s)}/s"
             if self.seconds_to_out is not None:
-                grown += f", RAM out in ~{fmt_duration(self.seconds_to_out)} at this rate (cap it: --cache-ram N)"
-        parts.append(grown)
+                cache += f", RAM out in ~{fmt_duration(self.seconds_to_out)} at this rate (cap it: --cache-ram N)"
+        parts.append(cache)
         parts.extend(f"GPU{i} VRAM {fmt_bytes(b)} (NVML, this process)" for i, b in self.vram)
         return " · ".join(parts)
 
@@ -68,37 +79,39 @@ def memory_split(
     window_s: float = 120.0,
     gpus: Sequence[GpuReading] = (),
 ) -> MemorySplit | None:
-    """The newest reading explained against the first (the growth) and the readings of the last
-    ``window_s`` (its rate); ``room_bytes``: what RAM (or the cgroup) has left."""
+    """The newest reading explained (its prompt cache as the reading measured it), with the rate of
+    anonymous memory over the readings of the last ``window_s``; ``room_bytes``: what RAM (or the
+    cgroup) has left."""
     if not readings:
         return None
-    first, last = readings[0], readings[-1]
-    model = last.model_mapped_bytes
-    kv = last.kv_cache_bytes
-    growth = max(0, last.anon_bytes - first.anon_bytes)
-    recent = [r for r in readings if last.t - r.t <= window_s]
-    rate = None
-    if len(recent) >= 2 and recent[-1].t > recent[0].t:
-        rate = (recent[-1].anon_bytes - recent[0].anon_bytes) / (recent[-1].t - recent[0].t)
-    tokens = int(growth / last.kv_bytes_per_cell) if last.kv_bytes_per_cell else None
+    last = readings[-1]
+    kv, cache = last.kv_cache_bytes, last.prompt_cache_bytes
+    rate = _anon_rate([r for r in readings if last.t - r.t <= window_s])
+    tokens = int(cache / last.kv_bytes_per_cell) if cache is not None and last.kv_bytes_per_cell else None
     to_out = room_bytes / rate if rate and rate > 0 and room_bytes is not None and room_bytes > 0 else None
-    if to_out is not None and last.cache_ram_bytes is not None:
-        left = last.cache_ram_bytes - growth
-        if left < (room_bytes or 0):
-            to_out = None  # the cap stops the growth first
+    capped = last.cache_ram_bytes is not None and cache is not None
+    if to_out is not None and capped and (last.cache_ram_bytes or 0) - (cache or 0) < (room_bytes or 0):
+        to_out = None  # the cap stops the growth first
     return MemorySplit(
         rss=last.rss_bytes,
-        model=model,
-        other_file=max(0, last.file_bytes - (model or 0)),
+        model=last.model_mapped_bytes,
+        other_file=max(0, last.file_bytes - (last.model_mapped_bytes or 0)),
         kv_cache=kv,
-        beyond=max(0, last.anon_bytes - (kv or 0)),
-        growth=growth,
+        beyond=max(0, last.anon_bytes - (kv or 0) - (cache or 0)),
+        prompt_cache=cache,
+        cache_basis=last.prompt_cache_basis,
         growth_per_s=rate,
         saved_tokens=tokens,
         cache_ram=last.cache_ram_bytes,
         seconds_to_out=to_out,
         vram=vram_of(last.pid, gpus),
     )
+
+
+def _anon_rate(recent: Sequence[ServerMemory]) -> float | None:
+    if len(recent) >= 2 and recent[-1].t > recent[0].t:
+        return (recent[-1].anon_bytes - recent[0].anon_bytes) / (recent[-1].t - recent[0].t)
+    return None
 
 
 def vram_of(pid: int, gpus: Sequence[GpuReading]) -> tuple[tuple[int, int], ...]:

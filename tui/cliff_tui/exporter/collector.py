@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from cliff_tui import __version__
+from cliff_tui.analysis.signs import SIGN_BY_NUMBER
 from cliff_tui.events import ATTACH_RUN_ID, Sample, ServerReading
 from cliff_tui.exporter.plans import CapacityPlan
 from cliff_tui.jobs.attach import healthy
@@ -34,7 +35,6 @@ from cliff_tui.store import Store
 # The store's sign words as a number a panel or an alert can compare: 0 fine … 3 cliff.
 # "na" (the sign cannot be read here) is 0 too; cliff_sign_applicable tells it apart from "ok".
 SIGN_LEVELS = {"na": 0, "ok": 0, "info": 1, "amber": 2, "red": 3}
-SIGN_NAMES = {1: "spill", 2: "ram", 3: "speed"}
 
 
 def verdict_level(store: Store) -> int:
@@ -185,7 +185,8 @@ def _signs(p: Store) -> list[Metric]:
         ("sign", "name"),
     )
     for number, state in sorted(p.signs.current.items()):
-        labels = [str(number), SIGN_NAMES.get(number, str(number))]
+        sign = SIGN_BY_NUMBER.get(number)
+        labels = [str(number), sign.label if sign is not None else str(number)]
         level.add_metric(labels, SIGN_LEVELS.get(state.level, 0))
         applicable.add_metric(labels, float(state.level != "na"))
     verdict = _gauge("cliff_verdict_level", "The cliff verdict, 0 fine … 3 cliff (today: the worst sign)")
@@ -260,7 +261,7 @@ def _servers(p: Store) -> list[Metric]:
         server = _server_label(reading.url)
         up.add_metric([server, reading.source], float(healthy(reading)))
         rates = reading.rates
-        if rates is not None and reading.source != "ollama":
+        if rates is not None and p.servers.reports(reading, "counters"):
             _add(decode, [server], rates.decode_tok_s)
             _add(prompt, [server], rates.prompt_tok_s)
         _add(running, [server], reading.requests_processing)
@@ -301,8 +302,8 @@ def _server_memory(p: Store) -> list[Metric]:
     parts = _gauge(
         "cliff_server_memory_bytes",
         "The attached server's resident memory by part: model (its mapped GGUF), other_file, kv_cache "
-        "(from the header and flags), other_anon (compute buffers, heap, prompt cache), and "
-        "prompt_cache_growth (anonymous memory gained since attach: prompt cache and checkpoints)",
+        "(from the header and flags), prompt_cache (saved prompts and checkpoints, read from its "
+        "mappings) and other_anon (compute buffers, heap)",
         ("server", "part"),
     )
     rate = _gauge(
@@ -329,7 +330,7 @@ def _server_memory(p: Store) -> list[Metric]:
             ("other_file", split.other_file),
             ("kv_cache", split.kv_cache),
             ("other_anon", split.beyond),
-            ("prompt_cache_growth", split.growth),
+            ("prompt_cache", split.prompt_cache),
         ):
             _add(parts, [server, part], value)
         _add(rate, [server], split.growth_per_s)

@@ -8,9 +8,12 @@ import time
 from cliff_tui.analysis.theory import KvSettings, kv_total_bytes
 from cliff_tui.errors import CliffError
 from cliff_tui.events import ServerMemory
+from cliff_tui.probes.endpoints.prompt_cache import PromptCacheRead, read_prompt_cache
 from cliff_tui.probes.endpoints.server_memory import read_process_memory
 from cliff_tui.records import FoundServer
 from cliff_tui.units import MiB
+
+REREAD_AFTER = MiB  # the prompt cache is read again once anonymous memory moved this much
 
 
 class MemoryProbe:
@@ -23,6 +26,8 @@ class MemoryProbe:
         self.kv_bytes, self.per_cell = kv_of(self.model_path, values)
         self.cache_ram = _cache_ram(values.get("cache_ram"))
         self.problem = ""
+        self._cache: PromptCacheRead | None = None
+        self._cache_anon = 0
 
     def read(self) -> ServerMemory | None:
         memory = read_process_memory(self.pid, self.model_path)
@@ -41,7 +46,16 @@ class MemoryProbe:
             self.kv_bytes,
             self.per_cell,
             self.cache_ram,
+            *self._prompt_cache(memory.anon),
         )
+
+    def _prompt_cache(self, anon: int) -> tuple[int | None, str]:
+        """Saved prompts + checkpoints and the basis (or why unreadable); the mappings are walked
+        again only once anonymous memory has moved, as saving or dropping a prompt moves it."""
+        if self._cache is None or abs(anon - self._cache_anon) >= REREAD_AFTER:
+            self._cache = read_prompt_cache(self.pid, self.kv_bytes, self.per_cell)
+            self._cache_anon = anon
+        return self._cache.bytes, self._cache.problem or self._cache.basis
 
 
 def kv_of(model_path: str | None, values: dict[str, str]) -> tuple[int | None, float | None]:
