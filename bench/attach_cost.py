@@ -1,38 +1,36 @@
 """What `cliff-tui attach` costs the server it watches: llama-server's decode tok/s with an attach
-polling it at the default interval (0.5 s: /metrics, /slots, its log, its /proc memory, and the
-machine's sample) against without, paired in one run.
+on screen polling it at the default interval (0.5 s: /metrics, /slots, its log, its /proc memory,
+and the machine's sample) against without, paired in one run.
 
-One llama-server (SmolLM2, -t 1, -c 1024, --metrics) serves --rounds rounds; each round runs
---requests completions of --tokens tokens with no attach, then the same with an attach running in
-a process of its own (the order alternates by round). Reports the per-round ratio of the median
-decode rates (the server's own ``timings.predicted_per_second``) and their median.
+One llama-server (SmolLM2, -t every core, -c 1024, -np 1, --metrics) serves --rounds rounds, so
+that any CPU the attach takes is CPU the server's threads wanted; each round runs --requests
+completions of --tokens tokens with no attach, then the same with ``python -m cliff_tui attach
+--llama-server URL`` running as the TUI a user sees, in a 120×40 pseudo-terminal whose output
+this script reads and throws away as a terminal would (the order alternates by round). Reports
+the per-round ratio of the median decode rates (the server's own ``timings.predicted_per_second``)
+and their median; goal ≥ 0.99.
 
     python bench/attach_cost.py --rounds 6      # the figures in bench/RESULTS.md
+    python bench/attach_cost.py --rounds 2 --requests 2   # a check that it runs
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
 
-from benchutil import ROOT, OtherLoad, command_line, machine_line
+from benchutil import ROOT, OtherLoad, PtyProgram, command_line, machine_line, tui_env
 
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "tests" / "support")]
 
-ATTACH = """
-import sys, time
-from cliff_tui.headless import Headless
-from cliff_tui.jobs.attach import AttachJob
-from cliff_tui.probes.sampler import Sampler
-from cliff_tui.session import Session
-job = AttachJob.from_args(sys.argv[1], None, 0.5, 2.0)
-Headless(Session(sampler=Sampler(), job=job, interval=0.5)).run_job(progress=False)
-"""
+READ_MARKER = b"cells in use"  # the context-pool gauge: attach has read the server's /slots
+SETTLE_S = 2.0  # after its first reading: the app's start-up is over, it polls at its interval
 
 
 def decode_rate(url: str, tokens: int) -> float:
@@ -55,16 +53,17 @@ def rates(url: str, requests: int, tokens: int) -> list[float]:
 
 
 def with_attach(url: str, requests: int, tokens: int) -> list[float]:
-    env = {"PYTHONPATH": f"{ROOT / 'tui'}"}
-    proc = subprocess.Popen([sys.executable, "-c", ATTACH, url], env={**__import__("os").environ, **env})
+    attach = PtyProgram([sys.executable, "-m", "cliff_tui", "attach", "--llama-server", url], tui_env())
     try:
-        time.sleep(2.0)  # attach found its server and polls
-        if proc.poll() is not None:
-            raise SystemExit(f"the attach process exited with {proc.returncode}")
-        return rates(url, requests, tokens)
+        if not attach.wait_for(READ_MARKER, 30):
+            raise SystemExit(f"attach showed no reading of the server in 30 s: …{attach.screen_tail()}")
+        time.sleep(SETTLE_S)
+        got = rates(url, requests, tokens)
+        if attach.proc.poll() is not None:
+            raise SystemExit(f"attach exited with {attach.proc.returncode} while measured: …{attach.screen_tail()}")
+        return got
     finally:
-        proc.terminate()
-        proc.wait(10)
+        attach.stop()
 
 
 def main() -> None:
@@ -78,10 +77,19 @@ def main() -> None:
 
     from llama_server import started_llama_server
 
-    print(command_line("attach_cost.py"), machine_line(), sep="\n")
+    print(command_line(__file__), machine_line(), sep="\n")
+    threads = str(os.cpu_count() or 1)  # after the helper's -t 1: the later flag is the one llama-server keeps
     load = OtherLoad().start()
     ratios = []
-    with tempfile.TemporaryDirectory() as tmp, started_llama_server(Path(tmp), "--metrics", "-np", "1") as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        started_llama_server(Path(tmp), "--metrics", "-np", "1", "-t", threads) as server,
+    ):
+        used = re.search(r"n_threads = (\d+)", server.log.read_text(errors="replace"))
+        print(
+            f"llama-server -c 1024 -np 1, -t {threads} asked, {used.group(1) if used else '?'} threads per its log; "
+            "attach at its default interval in a 120×40 pty"
+        )
         rates(server.url, 1, 16)  # warm up
         for round_ in range(args.rounds):
             order = ("bare", "attach") if round_ % 2 == 0 else ("attach", "bare")

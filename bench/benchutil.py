@@ -1,4 +1,5 @@
-"""Helpers the benchmarks share: the exact command line, and how busy the machine was.
+"""Helpers the benchmarks share: the exact command line, how busy the machine was, and a program
+run in a pseudo-terminal as a user's terminal would run it.
 
 llama.cpp's OpenMP threads spin-wait, so any other CPU load spoils decode timings (see
 bench/RESULTS.md, 'A real cliff in a memory cgroup'). :class:`OtherLoad` measures the CPU time
@@ -8,11 +9,18 @@ section can say whether its figures come from a quiet machine.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import platform
+import pty
 import resource
+import select
 import shlex
+import struct
+import subprocess
 import sys
+import termios
+import threading
 import time
 from pathlib import Path
 
@@ -117,3 +125,110 @@ class OtherLoad:
 
 def busy_label(load: OtherLoad) -> str:
     return " (validation run, machine busy)" if load.busy else ""
+
+
+COLS, ROWS = 120, 40
+
+
+def tui_env(**extra: str) -> dict[str, str]:
+    """The environment of a TUI in a modern terminal, cliff-tui's sources first on its path."""
+    return {
+        **os.environ,
+        "TERM": "xterm-256color",
+        "COLORTERM": "truecolor",
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tui"), os.environ.get("PYTHONPATH")])),
+        **extra,
+    }
+
+
+class PtyProgram:
+    """A program in a pseudo-terminal of ``cols``×``rows``, its output read and thrown away by a
+    thread of this process as a terminal would (an unread pty blocks the program once full); the
+    last 64 KiB are kept, to wait for a marker and to show on failure. :meth:`stop` ends it by its
+    PID."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cols: int = COLS, rows: int = ROWS) -> None:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        try:
+            self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        self.master = master
+        self.bytes_read = 0
+        self.tail = b""
+        self._done = threading.Event()
+        self._reader = threading.Thread(target=self._drain, name="pty drain", daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        while not self._done.is_set():
+            ready, _, _ = select.select([self.master], [], [], 0.1)
+            if not ready:
+                continue
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:  # EIO: the program ended and closed the terminal
+                return
+            if not data:
+                return
+            self.bytes_read += len(data)
+            self.tail = (self.tail + data)[-65536:]
+
+    def wait_for(self, marker: bytes, timeout: float) -> bool:
+        """Whether ``marker`` showed within ``timeout`` seconds while the program ran."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if marker in self.tail:
+                return True
+            time.sleep(0.05)
+        return marker in self.tail
+
+    def cpu_seconds(self) -> float:
+        return tree_cpu_seconds(self.proc.pid)
+
+    def rss(self) -> int:
+        import psutil
+
+        return psutil.Process(self.proc.pid).memory_info().rss
+
+    def screen_tail(self, chars: int = 600) -> str:
+        """The end of its output, escape sequences removed, for a message."""
+        import re
+
+        text = re.sub(
+            r"\x1b(\[[0-9;?<>=]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-_])", " ", self.tail.decode(errors="replace")
+        )
+        return " ".join(text.split())[-chars:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._done.set()
+        self._reader.join(2)
+        os.close(self.master)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system seconds of a process and its children."""
+    import psutil
+
+    p = psutil.Process(pid)
+    t = p.cpu_times()
+    total = t.user + t.system
+    for child in p.children(recursive=True):
+        try:
+            c = child.cpu_times()
+            total += c.user + c.system
+        except psutil.Error:
+            pass
+    return total

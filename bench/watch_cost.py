@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 
 import psutil
+from benchutil import tree_cpu_seconds
 
 COLS, ROWS = 120, 40
 
@@ -50,16 +51,7 @@ class Terminal:
     rss_samples: dict[float, int] = field(default_factory=dict)
 
     def cpu_seconds(self) -> float:
-        p = psutil.Process(self.proc.pid)
-        times = p.cpu_times()
-        total = times.user + times.system
-        for child in p.children(recursive=True):
-            try:
-                t = child.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
+        return tree_cpu_seconds(self.proc.pid)
 
     def rss(self) -> int:
         return psutil.Process(self.proc.pid).memory_info().rss
