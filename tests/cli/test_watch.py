@@ -164,7 +164,7 @@ def _no_vram() -> str | None:
 
 def test_the_text_reading_says_why_there_is_no_vram_tier_on_stderr():
     proc = subprocess.run(
-        [sys.executable, "-m", "cliff_tui", "watch", "--once"],
+        [sys.executable, "-m", "cliff_tui", "watch", "--once", "--no-servers"],
         capture_output=True,
         text=True,
         timeout=60,

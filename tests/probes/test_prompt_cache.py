@@ -18,13 +18,14 @@ from cliff_tui.units import MiB
 KV = 180 * MiB
 PER_CELL = 23040.0
 
+# A mapping with no file ends in a space in /proc/PID/smaps, written \x20 here.
 SMAPS = """\
-7f0000000000-7f0004000000 rw-p 00000000 00:00 0 
+7f0000000000-7f0004000000 rw-p 00000000 00:00 0\x20
 Rss:               65536 kB
 Swap:                  0 kB
-7f0004000000-7f0008000000 ---p 00000000 00:00 0 
+7f0004000000-7f0008000000 ---p 00000000 00:00 0\x20
 Rss:                   0 kB
-7f1000000000-7f1001000000 rw-p 00000000 00:00 0 
+7f1000000000-7f1001000000 rw-p 00000000 00:00 0\x20
 Rss:               12288 kB
 Swap:               4096 kB
 7f2000000000-7f2000100000 r--p 00000000 08:01 1234                       /models/smol.gguf
