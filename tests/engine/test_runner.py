@@ -55,6 +55,10 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
             "llama_new_context_with_model:      Metal compute buffer size =   164.01 MiB",
             BufferSize("Metal", "compute", round(164.01 * 2**20)),
         ),
+        (
+            "load_tensors: RPC0[127.0.0.1:50052] model buffer size =    33.82 MiB",
+            BufferSize("RPC0[127.0.0.1:50052]", "model", round(33.82 * 2**20)),
+        ),
         ("llama_context: n_ctx = 2048", None),
     ],
 )

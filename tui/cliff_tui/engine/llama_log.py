@@ -26,7 +26,7 @@ from cliff_tui.text import LOG_LIMIT, inert
 from cliff_tui.units import KiB, MiB
 
 BUFFER_RE = re.compile(
-    r"(?P<device>[A-Za-z][\w.-]*)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*"
+    r"(?P<device>[A-Za-z][\w.-]*(?:\[[^\]]*\])?)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*=\s*"
     r"(?P<mib>[0-9]+(?:\.[0-9]+)?)\s*MiB"
 )
 FLASH_RE = re.compile(r"Flash Attention (enabled|disabled)", re.IGNORECASE)
