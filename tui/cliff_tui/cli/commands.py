@@ -179,12 +179,16 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from cliff_tui.advise import advise, measured_from_file
+    from cliff_tui.cli.fit_devices import fit_devices, wants_devices
     from cliff_tui.engine.default_model import default_model_path
     from cliff_tui.models.source import ModelReader
     from cliff_tui.report.fit import fit_record, format_fit_markdown
 
     with ModelReader(offline=args.offline, timeout=args.timeout) as reader:
         opened = reader.open(args.model or str(default_model_path()))
+    if wants_devices(args):
+        model = opened[0]
+        return fit_devices(args, model.info, model.ref.location, model.ref.server_args)
     tier = _fit_tier(args)
     measured = measured_from_file(args.from_file) if args.from_file else []
     records, texts = [], []

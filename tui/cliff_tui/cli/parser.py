@@ -396,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a triangulation's -o json output or recording: measured bytes per token",
     )
     fit.add_argument("--json", action="store_true", help="the table as JSON, with what reading the header took")
+    from cliff_tui.cli.fit_devices import add_device_fit_flags
+
+    add_device_fit_flags(fit)
     _add_models_parser(sub)
 
     exporter = sub.add_parser("exporter", help="Prometheus metrics: tiers, signs, tok/s, servers, a capacity plan")
