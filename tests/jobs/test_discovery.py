@@ -52,6 +52,19 @@ def test_flags_win_over_the_environment_and_say_where_they_came_from():
     assert got["flash_attn"] == ("on", "command line (-fa)")
 
 
+def test_the_split_over_devices_is_read_with_where_it_came_from():
+    got = settings_of(
+        ["llama-server", "--rpc", "10.0.0.2:50052,10.0.0.3:50052", "-ts", "3,1", "-sm=layer"],
+        {"LLAMA_ARG_DEVICE": "RPC1,RPC0", "LLAMA_ARG_MAIN_GPU": "1"},
+    )
+    assert got["rpc"] == ("10.0.0.2:50052,10.0.0.3:50052", "command line (--rpc)")
+    assert got["tensor_split"] == ("3,1", "command line (-ts)")
+    assert got["split_mode"] == ("layer", "command line (-sm)")
+    assert got["device"] == ("RPC1,RPC0", "environment (LLAMA_ARG_DEVICE)")
+    assert got["main_gpu"] == ("1", "environment (LLAMA_ARG_MAIN_GPU)")
+    assert settings_of(["llama-server"])["tensor_split"] == ("by free memory", "default (not given)")
+
+
 def test_the_unified_cache_is_a_fact_read_from_the_flags():
     auto = settings_of(["llama-server", "-c", "16384"], props=PROPS)
     assert auto["kv_unified"] == ("true", "default (-np is auto)") and auto["slots"][0] == "4"

@@ -440,9 +440,12 @@ def gauge_line(p: Store) -> Parts:
         filled = max(filled, 1)
     if gauge.failing:
         filled = GAUGE_CELLS
-    source = {"measured": "measured", "this run": "from this run's KV cache", "context pool": "server flags + /slots"}[
-        gauge.source
-    ]
+    source = {
+        "measured": "measured",
+        "this run": "from this run's KV cache",
+        "context pool": "server flags + /slots",
+        "kv blocks": "vLLM /metrics",
+    }[gauge.source]
     return [
         (" cliff ", BOLD),
         ("▕", DIM),
@@ -460,6 +463,15 @@ def gauge_line(p: Store) -> Parts:
 
 
 def _gauge_words(gauge: CliffGauge) -> str:
+    if gauge.source == "kv blocks":
+        text = f"{gauge.tokens:,} of {gauge.max_context:,} KV tokens in use"
+        if gauge.failing:
+            text += f": vLLM preempts requests, {gauge.preempted} in the last minute (no free blocks)"
+        elif gauge.level == "red":
+            text += ": every block in use"
+        if gauge.seconds_to_full is not None and not gauge.failing:
+            text += f", full in ~{fmt_duration(gauge.seconds_to_full)} at this growth"
+        return text
     if gauge.source == "context pool":
         text = f"{gauge.tokens:,} of {gauge.max_context:,} cells in use"
         if gauge.failing:
@@ -524,7 +536,10 @@ def _cliff_words(r) -> str:
     return f"{cliff.level}: {cliff.text}" if cliff is not None else f"{r.verdict.level}: {r.verdict.text}"
 
 
-SHOWN_SETTINGS = ("ctx_size", "parallel", "kv_unified", "cache_type_k", "cache_type_v", "flash_attn", "n_gpu_layers")
+SHOWN_SETTINGS = (
+    *("ctx_size", "parallel", "kv_unified", "cache_type_k", "cache_type_v", "flash_attn", "n_gpu_layers"),
+    *("rpc", "device", "tensor_split", "split_mode", "main_gpu"),
+)
 SHOWN_ALWAYS = ("kv_unified", "cache_ram", "ctx_checkpoints")
 
 
