@@ -37,31 +37,7 @@ from cliff_tui.errors import BadInput
 from cliff_tui.records import ModelInfo
 from cliff_tui.units import fmt_bytes, parse_size
 
-KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 SPLIT_OPTIONS = ("rpc", "devices", "tensor_split", "split_mode", "main_gpu", "device", "gpu_layers", "compute")
-
-
-def add_device_fit_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("several devices (llama.cpp's split; any of these gives the per-device table)")
-    g.add_argument(
-        "--rpc",
-        metavar="HOST:PORT,…",
-        help="rpc-servers to split over, each a device RPC0, RPC1… (their memory is asked)",
-    )
-    g.add_argument(
-        "--devices", metavar="SIZE,…", help="what if: devices of these sizes, e.g. 24GiB,12GiB (CUDA0, CUDA1…)"
-    )
-    g.add_argument("-ts", "--tensor-split", metavar="N,…", help="llama-server's -ts: a proportion per device")
-    g.add_argument("-sm", "--split-mode", metavar="MODE", help="llama-server's -sm: layer (default), row, none")
-    g.add_argument("-mg", "--main-gpu", type=int, metavar="I", help="llama-server's -mg (with -sm none or row)")
-    g.add_argument("-dev", "--device", metavar="DEV,…", help="llama-server's -dev: the devices to use, in order")
-    g.add_argument("-ngl", "--gpu-layers", metavar="N", help="llama-server's -ngl: layers offloaded (default all)")
-    g.add_argument("-nkvo", "--no-kv-offload", action="store_true", help="llama-server's -nkvo: the KV cache in RAM")
-    g.add_argument("-ctk", "--cache-type-k", choices=KV_TYPES, default="f16", help="K cache type (default f16)")
-    g.add_argument("-ctv", "--cache-type-v", choices=KV_TYPES, default="f16", help="V cache type (default f16)")
-    g.add_argument(
-        "--compute", metavar="DEV=SIZE,…", help="each device's compute buffer, as llama-server logs it (default 0)"
-    )
 
 
 def wants_devices(args: argparse.Namespace) -> bool:

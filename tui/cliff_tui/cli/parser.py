@@ -238,6 +238,35 @@ def _add_fit_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reserve", type=_size, metavar="SIZE", help="keep this free (default 5 %%, ≥ 256 MiB)")
 
 
+def _add_split_flags(p: argparse.ArgumentParser) -> None:
+    from cliff_tui.analysis.ggml_types import CACHE_TYPES
+
+    g = p.add_argument_group("several devices (llama.cpp's split; any of these gives the per-device table)")
+    g.add_argument(
+        "--rpc",
+        metavar="HOST:PORT,…",
+        help="rpc-servers to split over, each a device RPC0, RPC1… (their memory is asked)",
+    )
+    g.add_argument(
+        "--devices", metavar="SIZE,…", help="what if: devices of these sizes, e.g. 24GiB,12GiB (CUDA0, CUDA1…)"
+    )
+    g.add_argument("-ts", "--tensor-split", metavar="N,…", help="llama-server's -ts: a proportion per device")
+    g.add_argument("-sm", "--split-mode", metavar="MODE", help="llama-server's -sm: layer (default), row, none")
+    g.add_argument("-mg", "--main-gpu", type=int, metavar="I", help="llama-server's -mg (with -sm none or row)")
+    g.add_argument("-dev", "--device", metavar="DEV,…", help="llama-server's -dev: the devices to use, in order")
+    g.add_argument("-ngl", "--gpu-layers", metavar="N", help="llama-server's -ngl: layers offloaded (default all)")
+    g.add_argument("-nkvo", "--no-kv-offload", action="store_true", help="llama-server's -nkvo: the KV cache in RAM")
+    g.add_argument(
+        "-ctk", "--cache-type-k", choices=CACHE_TYPES, default="f16", metavar="TYPE", help="K cache type (default f16)"
+    )
+    g.add_argument(
+        "-ctv", "--cache-type-v", choices=CACHE_TYPES, default="f16", metavar="TYPE", help="V cache type (default f16)"
+    )
+    g.add_argument(
+        "--compute", metavar="DEV=SIZE,…", help="each device's compute buffer, as llama-server logs it (default 0)"
+    )
+
+
 def _add_models_parser(sub: argparse._SubParsersAction) -> None:
     models = sub.add_parser(
         "models",
@@ -396,9 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a triangulation's -o json output or recording: measured bytes per token",
     )
     fit.add_argument("--json", action="store_true", help="the table as JSON, with what reading the header took")
-    from cliff_tui.cli.fit_devices import add_device_fit_flags
-
-    add_device_fit_flags(fit)
+    _add_split_flags(fit)
     _add_models_parser(sub)
 
     exporter = sub.add_parser("exporter", help="Prometheus metrics: tiers, signs, tok/s, servers, a capacity plan")
