@@ -6,7 +6,9 @@ and KV bytes from cliff-tui equal the logged buffers to the printed 0.01 MiB."""
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -39,6 +41,7 @@ from rpc import (
     fitted_args,
     gap_weight_tensors,
     mib,
+    parse_log,
     split_run,
     split_server_argv,
     started_rpc_servers,
@@ -264,3 +267,35 @@ def test_llama_server_takes_a_tensor_split_of_the_wrong_length_silently(servers,
     with pytest.raises(BadInput, match=r"-ts has 3 values but 2 devices are in use \(RPC0, RPC1\)") as caught:
         split_plan(info, weights, devices, SplitFlags(-1, (1.0, 1.0, 5.0)), settings_for(1024, "f16"))
     assert "\n" not in str(caught.value)
+
+
+def test_attach_shows_what_each_device_of_a_running_split_holds(servers, logs, smollm2):
+    endpoints = [s.endpoint for s in servers[:2]]
+    flags = ["-ts", "1,1", "-c", "1024", "-np", "1"]
+    with started_split_server(logs, smollm2, endpoints, flags) as (proc, log):
+        port = proc.args[proc.args.index("--port") + 1]
+        once = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cliff_tui",
+                "attach",
+                "--llama-server",
+                f"http://127.0.0.1:{port}",
+                "--once",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    logged = parse_log(log.read_text(errors="replace"), endpoints)
+    record = json.loads(once.stdout)
+    settings = record["attached"]["settings"]
+    assert settings["rpc"]["value"] == ",".join(endpoints) and settings["rpc"]["source"] == "command line (--rpc)"
+    assert settings["tensor_split"]["value"] == "1,1"
+    devices = record["memory"]["devices"]
+    assert [d["endpoint"] for d in devices] == endpoints
+    for d in devices:
+        assert mib(d["weights_bytes"]) == logged.model[d["name"]] and [mib(d["kv_bytes"])] == logged.kv[d["name"]]
+    assert "RPC0 (" in record["memory"]["text"] and "not visible from here" in record["memory"]["text"]

@@ -16,9 +16,11 @@ from cliff_tui.records import (
     CgroupReading,
     CpuQuota,
     DecodePhase,
+    DeviceLoad,
     FailureKind,
     FoundServer,
     GpuReading,
+    KvBlocks,
     ModelInfo,
     NoticeLevel,
     OomKill,
@@ -213,6 +215,7 @@ class ServerReading:
     rates: ServerRates | None = None  # from its counters' moves up to this reading (None: not measured)
     context_failures: int | None = None  # requests its log says failed for lack of cells (None: unread)
     log: str = ""  # where its log is read, or why it is not
+    kv_blocks: KvBlocks | None = None  # a paged KV cache's state (vLLM)
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,8 @@ class ServerMemory:
     cache_ram_bytes: int | None = None  # None: no limit (-1) or unknown
     prompt_cache_bytes: int | None = None  # saved prompts + checkpoints now; None: unreadable
     prompt_cache_basis: str = ""  # how that figure was read, or why it could not be
+    devices: tuple[DeviceLoad, ...] = ()  # the split over other devices (--rpc), where the flags give it
+    devices_note: str = ""  # why there is no split, where the server names devices
 
 
 Event = (

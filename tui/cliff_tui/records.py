@@ -22,7 +22,7 @@ VerdictLevel = Literal["ok", "info", "amber", "red", "unknown"]
 CliffLevel = Literal["ok", "info", "amber", "red"]
 AlertLevel = Literal["info", "amber", "red", "ok"]
 NoticeLevel = Literal["info", "warning"]
-ServerKind = Literal["llama-server", "ollama"]
+ServerKind = Literal["llama-server", "ollama", "vllm"]
 ServerStatus = Literal["ok", "unreachable", "no-metrics", "not-llama", "error"]
 BufferKind = Literal["model", "kv", "compute", "output", "recurrent"]
 GpuVendor = Literal["nvidia", "amd"]
@@ -403,6 +403,41 @@ class SlotReading:
     n_ctx: int | None
     tokens_used: int | None
     processing: bool | None
+
+
+@dataclass(frozen=True)
+class KvBlocks:
+    """A paged KV cache as vLLM reports it: the share of its blocks in use, its size in tokens, and
+    what its scheduler does when they run out (preempts running requests, queues new ones)."""
+
+    usage: float  # 0–1 of the blocks in use
+    capacity_tokens: int | None  # blocks × block size (cache_config_info kv_cache_size_tokens)
+    block_size: int | None
+    blocks: int | None
+    memory_bytes: int | None  # the KV space the engine was given (cache_config_info)
+    preemptions_total: float | None
+    running: int | None
+    waiting: int | None
+    waiting_for_capacity: int | None  # waiting because no blocks are free (by reason "capacity")
+    max_model_len: int | None  # /v1/models
+    prefix_hits_total: float | None = None
+    prefix_queries_total: float | None = None
+
+    @property
+    def tokens_used(self) -> int | None:
+        return round(self.usage * self.capacity_tokens) if self.capacity_tokens else None
+
+
+@dataclass(frozen=True)
+class DeviceLoad:
+    """What one device of a server's split holds, as the theory places it from the server's flags
+    and its model's header: the layers, their weights and their KV cache."""
+
+    name: str  # as llama.cpp names it: RPC0, CUDA1
+    endpoint: str  # an rpc-server's host:port; "" for a local device
+    layers: str  # "layers 0–15 + output"
+    weights_bytes: int
+    kv_bytes: int
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cliff_tui.events import ServerMemory
-from cliff_tui.records import GpuReading
+from cliff_tui.records import DeviceLoad, GpuReading
 from cliff_tui.units import MiB, fmt_bytes, fmt_duration
 
 
@@ -27,6 +27,8 @@ class MemorySplit:
     cache_ram: int | None
     seconds_to_out: float | None  # until RAM (or the cgroup's limit) runs out at this growth
     vram: tuple[tuple[int, int], ...] = ()  # (GPU index, bytes) the process holds there (NVML per process)
+    devices: tuple[DeviceLoad, ...] = ()  # what each RPC device of its split holds (theory, from its flags)
+    devices_note: str = ""
 
     def cache_words(self) -> str:
         if self.prompt_cache is None:
@@ -42,7 +44,19 @@ class MemorySplit:
         line += f" / --cache-ram {self.cache_ram // MiB} MiB" if self.cache_ram is not None else ", no --cache-ram cap"
         if self.seconds_to_out is not None:
             line += f", RAM out in ~{fmt_duration(self.seconds_to_out)}"
-        return line + "".join(f" · GPU{i} {fmt_bytes(b)}" for i, b in self.vram)
+        line += "".join(f" · GPU{i} {fmt_bytes(b)}" for i, b in self.vram)
+        return line + "".join(f" · {d.name} {fmt_bytes(d.weights_bytes + d.kv_bytes)}" for d in self.devices)
+
+    def device_lines(self) -> list[str]:
+        """Each device of the split: where it is, its layers, its weights and KV cache."""
+        lines = [
+            f"{d.name}{f' ({d.endpoint})' if d.endpoint else ''}: {d.layers}, weights {fmt_bytes(d.weights_bytes)}"
+            f" + KV {fmt_bytes(d.kv_bytes)} = {fmt_bytes(d.weights_bytes + d.kv_bytes)} (theory, from the flags)"
+            for d in self.devices
+        ]
+        if self.devices:
+            lines.append("headroom: not visible from here (an rpc-server answers one client: the server using it)")
+        return lines + ([self.devices_note] if self.devices_note else [])
 
     def text(self) -> str:
         parts = [f"RSS {fmt_bytes(self.rss)}"]
@@ -70,7 +84,7 @@ class MemorySplit:
                 cache += f", RAM out in ~{fmt_duration(self.seconds_to_out)} at this rate (cap it: --cache-ram N)"
         parts.append(cache)
         parts.extend(f"GPU{i} VRAM {fmt_bytes(b)} (NVML, this process)" for i, b in self.vram)
-        return " · ".join(parts)
+        return " · ".join(parts + self.device_lines())
 
 
 def memory_split(
@@ -105,6 +119,8 @@ def memory_split(
         cache_ram=last.cache_ram_bytes,
         seconds_to_out=to_out,
         vram=vram_of(last.pid, gpus),
+        devices=last.devices,
+        devices_note=last.devices_note,
     )
 
 

@@ -9,19 +9,15 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
 from cliff_tui.analysis.devices import (
     ContextLimit,
     Device,
-    ModelWeights,
     SplitFlags,
     SplitPlan,
     SplitSuggestion,
-    WeightTensor,
     backend_for,
     context_limit,
-    model_weights,
     parse_gpu_layers,
     parse_split_mode,
     parse_tensor_split,
@@ -30,10 +26,10 @@ from cliff_tui.analysis.devices import (
     server_command,
     split_plan,
     suggest_split,
-    weights_from_info,
 )
 from cliff_tui.analysis.theory import CUDA, N_CTX_PAD, KvSettings
 from cliff_tui.errors import BadInput
+from cliff_tui.models.weights import split_weights
 from cliff_tui.records import ModelInfo
 from cliff_tui.units import fmt_bytes, parse_size
 
@@ -48,7 +44,7 @@ def fit_devices(args: argparse.Namespace, model: ModelInfo, location: str | None
     devices, endpoints = _devices(args)
     flags = _flags(args)
     settings = _settings(args, model)
-    weights = _weights(model, location)
+    weights = split_weights(model, location)
     compute = _compute(args.compute, devices)
     reserve = args.reserve or 0
     plan = split_plan(model, weights, devices, flags, settings, compute, reserve)
@@ -145,23 +141,6 @@ def _settings(args: argparse.Namespace, model: ModelInfo) -> KvSettings:
     n_ctx = args.ctx_size or model.n_ctx_train or 4096
     n_seq = args.parallel or 1
     return KvSettings(n_ctx=n_ctx, type_k=args.cache_type_k, type_v=args.cache_type_v, n_seq=n_seq, kv_unified=True)
-
-
-def _weights(model: ModelInfo, location: str | None) -> ModelWeights:
-    """The tensor table of a local single-file GGUF; what the header summary keeps otherwise."""
-    if location and Path(location).is_file():
-        from cliff_tui.engine.gguf_meta import read_local_header, tensor_sizes
-
-        header = read_local_header(location)
-        sizes = tensor_sizes(list(header.tensors), header.size - header.data_start)
-        offsets = dict(header.tensors)
-        tensors = [WeightTensor(n, size, offset=header.data_start + offsets[n]) for n, size in sizes.items()]
-        if any(n.startswith("blk.") for n in sizes):
-            return model_weights(tensors, model.n_layer or 0)
-    weights = weights_from_info(model)
-    if weights is None:
-        raise BadInput(f"{model.name}: the header has no per-layer tensor table to split (a split GGUF?)")
-    return weights
 
 
 COMPUTE_RE = re.compile(r"^\s*(?P<dev>[^=\s]+)\s*=\s*(?P<size>.+?)\s*$")

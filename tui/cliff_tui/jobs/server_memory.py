@@ -4,10 +4,12 @@ and its flags size (the theory ``fit`` uses)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from cliff_tui.analysis.theory import KvSettings, kv_total_bytes
 from cliff_tui.errors import CliffError
 from cliff_tui.events import ServerMemory
+from cliff_tui.jobs.server_split import server_split
 from cliff_tui.probes.endpoints.prompt_cache import PromptCacheRead, read_prompt_cache
 from cliff_tui.probes.endpoints.server_memory import read_process_memory
 from cliff_tui.records import FoundServer
@@ -17,13 +19,22 @@ REREAD_AFTER = MiB  # the prompt cache is read again once anonymous memory moved
 
 
 class MemoryProbe:
-    def __init__(self, server: FoundServer) -> None:
+    """``pid``: the process that holds the KV cache where it is not the one serving HTTP (vLLM's
+    engine core); ``llama_cpp``: a llama.cpp server, whose GGUF, KV cache and prompt cache are read."""
+
+    def __init__(self, server: FoundServer, pid: int | None = None, llama_cpp: bool = True) -> None:
         assert server.pid is not None
-        self.pid = server.pid
+        self.pid = pid or server.pid
         self.url = server.url
+        self.llama_cpp = llama_cpp
         values = {s.name: s.value for s in server.settings}
-        self.model_path = values.get("model") if values.get("model", "none") != "none" else None
-        self.kv_bytes, self.per_cell = kv_of(self.model_path, values)
+        model = values.get("model") if values.get("model", "none") != "none" else None
+        self.model_path = model if llama_cpp else None
+        settings = kv_settings(values)
+        self.kv_bytes, self.per_cell = kv_of(self.model_path, settings)
+        self.split = server_split(self.model_path, values, settings)
+        if self.split.host_kv_bytes is not None:
+            self.kv_bytes = self.split.host_kv_bytes  # the rest sits on the rpc-servers
         self.cache_ram = _cache_ram(values.get("cache_ram"))
         self.problem = ""
         self._cache: PromptCacheRead | None = None
@@ -47,18 +58,36 @@ class MemoryProbe:
             self.per_cell,
             self.cache_ram,
             *self._prompt_cache(memory.anon),
+            self.split.devices,
+            self.split.note,
         )
 
     def _prompt_cache(self, anon: int) -> tuple[int | None, str]:
         """Saved prompts + checkpoints and the basis (or why unreadable); the mappings are walked
         again only once anonymous memory has moved, as saving or dropping a prompt moves it."""
+        if not self.llama_cpp:
+            return None, "not a llama.cpp server"
         if self._cache is None or abs(anon - self._cache_anon) >= REREAD_AFTER:
             self._cache = read_prompt_cache(self.pid, self.kv_bytes, self.per_cell)
             self._cache_anon = anon
         return self._cache.bytes, self._cache.problem or self._cache.basis
 
 
-def kv_of(model_path: str | None, values: dict[str, str]) -> tuple[int | None, float | None]:
+def kv_settings(values: Mapping[str, str]) -> KvSettings:
+    """The cache the server's flags ask for: its pool, KV types, slots."""
+    fa = values.get("flash_attn", "auto")
+    return KvSettings(
+        n_ctx=_int(values.get("pool_ctx")) or 0,
+        type_k=values.get("cache_type_k", "f16"),
+        type_v=values.get("cache_type_v", "f16"),
+        flash_attn="on" if fa == "on" else "off" if fa == "off" else "auto",
+        swa_full=values.get("swa_full") == "true",
+        n_seq=_int(values.get("slots")) or 1,
+        kv_unified=values.get("kv_unified") == "true",
+    )
+
+
+def kv_of(model_path: str | None, settings: KvSettings) -> tuple[int | None, float | None]:
     """The KV cache's bytes and bytes per cell, or (None, None) where the header is unreadable."""
     if model_path is None:
         return None, None
@@ -66,22 +95,12 @@ def kv_of(model_path: str | None, values: dict[str, str]) -> tuple[int | None, f
 
     try:
         info = read_model_info(model_path)
-        pool = _int(values.get("pool_ctx")) or 0
-        settings = KvSettings(
-            n_ctx=pool,
-            type_k=values.get("cache_type_k", "f16"),
-            type_v=values.get("cache_type_v", "f16"),
-            flash_attn=values.get("flash_attn", "auto") if values.get("flash_attn") in ("on", "off") else "auto",  # type: ignore[arg-type]
-            swa_full=values.get("swa_full") == "true",
-            n_seq=_int(values.get("slots")) or 1,
-            kv_unified=values.get("kv_unified") == "true",
-        )
         total = kv_total_bytes(info, settings)
     except (OSError, ValueError, CliffError):
         return None, None
     if total is None:
         return None, None
-    cells = pool or info.n_ctx_train or 0
+    cells = settings.n_ctx or info.n_ctx_train or 0
     return total, (total / cells if cells else None)
 
 
