@@ -143,8 +143,10 @@ def test_once_reports_every_failure_in_a_field(server, route, status):
 
 def test_once_with_a_pid_and_no_server_is_fine(monkeypatch):
     nobody = f"http://127.0.0.1:{closed_port()}"
-    monkeypatch.setattr("cliff_tui.probes.endpoints.discovery.DEFAULT_URLS", {"llama-server": nobody, "ollama": nobody})
-    monkeypatch.setattr("cliff_tui.jobs.attach_once.find_servers", lambda *a, **k: Found([]))  # no server process here
+    nowhere = {"llama-server": nobody, "ollama": nobody, "vllm": nobody}
+    monkeypatch.setattr("cliff_tui.probes.endpoints.discovery.DEFAULT_URLS", nowhere)
+    monkeypatch.setattr("cliff_tui.jobs.attach.DEFAULT_URLS", nowhere)
+    monkeypatch.setattr("cliff_tui.jobs.attach.find_servers", lambda *a, **k: Found([]))  # no server process here
     record, ok = once(AttachJob.from_urls({"llama-server": None, "ollama": None}), pid=os.getpid())
     assert ok and record["process"]["rss_bytes"] > 0 and "no llama-server" in record["discovery"]
     record, ok = once(AttachJob.from_urls({"llama-server": None, "ollama": None}))

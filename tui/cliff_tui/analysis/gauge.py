@@ -13,8 +13,9 @@ from typing import Literal
 from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.buffers import gpu_reading_of
 from cliff_tui.events import Sample
+from cliff_tui.records import KvBlocks
 
-GaugeSource = Literal["measured", "this run", "context pool"]
+GaugeSource = Literal["measured", "this run", "context pool", "kv blocks"]
 GaugeLevel = Literal["ok", "amber", "red"]
 
 
@@ -24,9 +25,10 @@ class CliffGauge:
     max_context: int  # the largest context before the cliff
     tier: str
     source: GaugeSource
-    failing: bool = False  # requests fail for lack of cells now (a context pool only)
+    failing: bool = False  # requests fail (a context pool) or are preempted (KV blocks) for lack of room now
     seconds_to_full: float | None = None  # at the current growth (a context pool only)
     note: str = ""  # what the count leaves out
+    preempted: int | None = None  # requests preempted over the last minute (KV blocks only)
 
     @property
     def fraction(self) -> float:
@@ -93,3 +95,16 @@ def pool_gauge(
         tier = f"the fullest slot's split KV share ({most:,} of {pool_ctx:,})"
     to_full = (most - tokens) / growth_per_s if growth_per_s and growth_per_s > 0 and tokens < most else None
     return CliffGauge(tokens, most, tier, "context pool", failing, to_full, note)
+
+
+def kv_blocks_gauge(kv: KvBlocks, preempted: int, growth_per_s: float | None = None) -> CliffGauge | None:
+    """A paged KV cache (vLLM): the tokens its blocks hold against all of them; red while the
+    scheduler preempts requests for lack of blocks (``preempted``: over the last minute)."""
+    used, most = kv.tokens_used, kv.capacity_tokens
+    if used is None or not most:
+        return None
+    tier = f"{kv.blocks:,} blocks × {kv.block_size}" if kv.blocks and kv.block_size else "the KV blocks"
+    waiting = kv.waiting_for_capacity if kv.waiting_for_capacity is not None else kv.waiting
+    note = f"{waiting} waiting for blocks" if waiting else ""
+    to_full = (most - used) / growth_per_s if growth_per_s and growth_per_s > 0 and used < most else None
+    return CliffGauge(used, most, tier, "kv blocks", preempted > 0, to_full, note, preempted)

@@ -12,6 +12,8 @@ from cliff_tui.events import ServerMemory
 from cliff_tui.records import DeviceLoad, GpuReading
 from cliff_tui.units import MiB, fmt_bytes, fmt_duration
 
+NOT_LLAMA_CPP = "not a llama.cpp server"  # the basis of a split without a prompt cache to read
+
 
 @dataclass(frozen=True)
 class MemorySplit:
@@ -36,8 +38,16 @@ class MemorySplit:
         words = f"prompt cache {fmt_bytes(self.prompt_cache)}"
         return words + (f" (~{self.saved_tokens:,} tok)" if self.saved_tokens is not None else "")
 
+    @property
+    def llama_cpp(self) -> bool:
+        return self.cache_basis != NOT_LLAMA_CPP
+
     def short_text(self) -> str:
         """The screen's one line: the parts that add up to RSS, then the prompt cache against its cap."""
+        if not self.llama_cpp:
+            line = f"engine RSS {fmt_bytes(self.rss)} = anonymous {fmt_bytes(self.beyond)}"
+            line += f" + files {fmt_bytes(self.other_file + (self.model or 0))}"
+            return line + "".join(f" · GPU{i} {fmt_bytes(b)}" for i, b in self.vram)
         kv = f" + KV {fmt_bytes(self.kv_cache)}" if self.kv_cache is not None else ""
         line = f"RSS {fmt_bytes(self.rss)} = model {fmt_bytes(self.model)} mapped{kv}"
         line += f" + other {fmt_bytes(self.beyond + self.other_file)} · {self.cache_words()}"
@@ -59,6 +69,8 @@ class MemorySplit:
         return lines + ([self.devices_note] if self.devices_note else [])
 
     def text(self) -> str:
+        if not self.llama_cpp:
+            return self.short_text() + " (the engine process; its KV cache is reserved at start, it does not grow)"
         parts = [f"RSS {fmt_bytes(self.rss)}"]
         if self.model is not None:
             parts.append(f"model (mapped file) {fmt_bytes(self.model)}")
@@ -103,6 +115,8 @@ def memory_split(
     rate = _anon_rate([r for r in readings if last.t - r.t <= window_s])
     tokens = int(cache / last.kv_bytes_per_cell) if cache is not None and last.kv_bytes_per_cell else None
     to_out = room_bytes / rate if rate and rate > 0 and room_bytes is not None and room_bytes > 0 else None
+    if last.prompt_cache_basis == NOT_LLAMA_CPP:
+        to_out = None  # no prompt cache grows in it
     capped = last.cache_ram_bytes is not None and cache is not None
     if to_out is not None and capped and (last.cache_ram_bytes or 0) - (cache or 0) < (room_bytes or 0):
         to_out = None  # the cap stops the growth first

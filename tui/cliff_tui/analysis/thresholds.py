@@ -65,6 +65,7 @@ def default_reserve(capacity: int, container: bool = False) -> int:
 # The cliff gauge turns amber at this share of the largest context before the cliff.
 GAUGE_AMBER = 0.9
 POOL_FAILURE_HOLD_S = 60.0  # the context-pool gauge stays red this long after a request failed for cells
+PREEMPTION_WINDOW_S = 60.0  # a vLLM gauge is red while its preemptions rose within this
 POOL_GROWTH_WINDOW_S = 120.0  # the pool's growth rate (time to full) over this window
 
 # Colour bands of a tier's fill in the sparklines.

@@ -36,6 +36,7 @@ from cliff_tui.probes.endpoints.discovery import (
 from cliff_tui.probes.endpoints.http import BadUrl, normalise_url
 from cliff_tui.probes.endpoints.kinds import APIS, LLAMA_SERVER_API, kind_named
 from cliff_tui.probes.endpoints.llama_server import LLAMA_SERVER, SlotsRead, dropped_requests, read_model_file
+from cliff_tui.probes.endpoints.processes import engine_child
 from cliff_tui.probes.endpoints.server_log import ServerLog
 from cliff_tui.records import UNKNOWN_MODEL, FoundServer, NoticeLevel
 from cliff_tui.text import inert
@@ -274,8 +275,11 @@ class AttachJob:
     def _poller(self, server: FoundServer) -> Poller:
         endpoint = endpoint_of(server)
         kind = kind_named(server.kind)
-        if server.pid is None or kind is None or not kind.reads_process:
+        if server.pid is None or kind is None or kind.api is None or not kind.reads_process:
             return Poller(endpoint, self.interval)
+        if not kind.api.has("log"):
+            engine = engine_child(server.pid, kind.engine_title) if kind.engine_title else None
+            return Poller(endpoint, self.interval, memory=MemoryProbe(server, engine, llama_cpp=False))
         return Poller(endpoint, self.interval, log=ServerLog(server.pid), memory=MemoryProbe(server))
 
     def check(self) -> None:

@@ -20,7 +20,7 @@ from cliff_tui.records import FoundServer, SlotReading
 from cliff_tui.report.samples import sample_record
 from cliff_tui.store import Store
 
-NOTHING_GENERATED = "no tokens generated since llama-server started: send a chat request, then attach again"
+NOTHING_GENERATED = "no tokens generated since the server started: send a chat request, then attach again"
 
 
 def record_key(source: str) -> str:
@@ -132,6 +132,8 @@ def endpoint_record(
     record.update(_rates(reading, later, live))
     if reports(latest.source, "slots"):
         record.update(_llama_fields(latest, settings or {}))
+    elif reports(latest.source, "kv_blocks"):
+        record["kv_blocks"] = to_plain(latest.kv_blocks) if latest.kv_blocks is not None else None
     else:
         record["models"] = [_model_record(m) for m in latest.models]
     record["reasons"] = dict(latest.reasons)
@@ -184,9 +186,9 @@ def _rate_or_average(
     if live is not None:
         return live.tok_s, f"live: /slots n_decoded, {live.n_tokens} tokens in {live.seconds:.2f} s", None
     if tokens is None or seconds is None:
-        return None, None, "llama-server's /metrics has no such counter (an older or newer server?)"
+        return None, None, f"{latest.source}'s /metrics has no such counter (an older or newer server?)"
     if tokens > 0 and seconds > 0:
-        return tokens / seconds, "average since llama-server started (no tokens counted between the readings)", None
+        return tokens / seconds, f"average since {latest.source} started (no tokens counted between the readings)", None
     return None, None, NOTHING_GENERATED
 
 
@@ -302,6 +304,8 @@ def _pool(store: Store, pollers: list[Poller]) -> dict[str, Any] | None:
         "unified": values.get("kv_unified") == "true",
         "what": gauge.tier,
         "failing": gauge.failing,
+        "preempted_last_minute": gauge.preempted,
+        "kv_blocks": to_plain(shown.kv_blocks) if shown.kv_blocks is not None else None,
         "context_failures_in_log": shown.context_failures,
         "log": shown.log or "no process to read a log from",
         "note": gauge.note,

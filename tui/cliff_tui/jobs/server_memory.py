@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from cliff_tui.analysis.server_memory import NOT_LLAMA_CPP
 from cliff_tui.analysis.theory import KvSettings, kv_total_bytes
 from cliff_tui.errors import CliffError
 from cliff_tui.events import ServerMemory
@@ -66,7 +67,7 @@ class MemoryProbe:
         """Saved prompts + checkpoints and the basis (or why unreadable); the mappings are walked
         again only once anonymous memory has moved, as saving or dropping a prompt moves it."""
         if not self.llama_cpp:
-            return None, "not a llama.cpp server"
+            return None, NOT_LLAMA_CPP
         if self._cache is None or abs(anon - self._cache_anon) >= REREAD_AFTER:
             self._cache = read_prompt_cache(self.pid, self.kv_bytes, self.per_cell)
             self._cache_anon = anon

@@ -38,6 +38,7 @@ class ServersState:
         self.last_failure_t: float | None = None  # when the attached server's log last said a request failed
         self.pool_points: dict[str, deque[tuple[float, int]]] = {}  # URL → (t, cells in use)
         self.memory: deque[ServerMemory] = deque(maxlen=MEMORY_KEPT)  # the attached server's
+        self.preemptions: dict[str, deque[tuple[float, float]]] = {}  # URL → (t, vLLM's preemptions so far)
 
     def read(self, e: ServerReading) -> None:
         before = self.readings.get((e.source, e.url))
@@ -45,6 +46,11 @@ class ServersState:
         if e.context_failures and (before is None or (before.context_failures or 0) < e.context_failures):
             self.last_failure_t = e.t
         held = [slot.tokens_used for slot in e.slots if slot.tokens_used is not None]
+        if e.kv_blocks is not None and e.kv_blocks.tokens_used is not None:
+            held = [e.kv_blocks.tokens_used]
+        if e.kv_blocks is not None and e.kv_blocks.preemptions_total is not None:
+            kept = self.preemptions.setdefault(e.url, deque(maxlen=POOL_POINTS_KEPT))
+            kept.append((e.t, e.kv_blocks.preemptions_total))
         if held:
             self.pool_points.setdefault(e.url, deque(maxlen=POOL_POINTS_KEPT)).append((e.t, sum(held)))
 
@@ -75,6 +81,11 @@ class ServersState:
         server, shown = self.attached, self.shown
         if server is None or shown is None or shown.url != server.url:
             return None
+        if shown.kv_blocks is not None:
+            from cliff_tui.analysis.gauge import kv_blocks_gauge
+
+            growth = self._pool_growth(shown.url, shown.t)
+            return kv_blocks_gauge(shown.kv_blocks, self.preempted(shown.url, shown.t), growth)
         values = {s.name: s.value for s in server.settings}
         pool = _int(values.get("pool_ctx"))
         if pool is None or "kv_unified" not in values:
@@ -98,6 +109,16 @@ class ServersState:
         if len(points) < 2 or points[-1][0] - points[0][0] <= 0:
             return None
         return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+
+    def preempted(self, url: str, now: float) -> int:
+        """Requests vLLM preempted over the last minute: its counter's rise (a restart resets it)."""
+        points = [p for p in self.preemptions.get(url, ()) if now - p[0] <= th.PREEMPTION_WINDOW_S]
+        before = [p for p in self.preemptions.get(url, ()) if now - p[0] > th.PREEMPTION_WINDOW_S]
+        if before:
+            points.insert(0, before[-1])
+        if len(points) < 2:
+            return 0
+        return int(max(0.0, points[-1][1] - points[0][1]))
 
     def measured_capacity(self, e: MeasuredCapacity) -> None:
         self.measured = e

@@ -17,7 +17,7 @@ from cliff_tui.analysis import thresholds as th
 from cliff_tui.analysis.cpu_quota import QuotaUse
 from cliff_tui.analysis.signs import SIGNS, SignState
 from cliff_tui.events import Sample
-from cliff_tui.records import FoundServer, GpuReading, ProcessReading
+from cliff_tui.records import FoundServer, GpuReading, KvBlocks, ProcessReading
 from cliff_tui.store import Store
 from cliff_tui.text import inert
 from cliff_tui.ui.graph import Graph, line_cells, zoom_range
@@ -466,7 +466,7 @@ def _gauge_words(gauge: CliffGauge) -> str:
     if gauge.source == "kv blocks":
         text = f"{gauge.tokens:,} of {gauge.max_context:,} KV tokens in use"
         if gauge.failing:
-            text += f": vLLM preempts requests, {gauge.preempted} in the last minute (no free blocks)"
+            text += f": vLLM preempts, {gauge.preempted} in the last minute"
         elif gauge.level == "red":
             text += ": every block in use"
         if gauge.seconds_to_full is not None and not gauge.failing:
@@ -599,4 +599,21 @@ def server_line(p: Store) -> Parts:
             )
         if s.requests_processing:
             parts.append(f"{s.requests_processing} request(s) running")
+        if s.kv_blocks is not None:
+            parts.extend(_kv_block_parts(s.kv_blocks))
     return [(" · ".join(parts), AMBER if warn else None)]
+
+
+def _kv_block_parts(kv: KvBlocks) -> list[str]:
+    """A paged KV cache's queue and history: waiting, preempted since start, the blocks."""
+    parts = []
+    if kv.waiting:
+        capacity = f" ({kv.waiting_for_capacity} for blocks)" if kv.waiting_for_capacity else ""
+        parts.append(f"{kv.waiting} waiting{capacity}")
+    if kv.preemptions_total is not None:
+        parts.append(f"{kv.preemptions_total:,.0f} preempted since start")
+    if kv.blocks and kv.block_size:
+        parts.append(f"{kv.blocks:,} KV blocks × {kv.block_size} tokens")
+    if kv.max_model_len:
+        parts.append(f"max-model-len {kv.max_model_len:,}")
+    return parts

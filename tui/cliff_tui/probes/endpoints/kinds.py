@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from cliff_tui.probes.endpoints import llama_server, ollama
+from cliff_tui.probes.endpoints import llama_server, ollama, vllm
 from cliff_tui.probes.endpoints.llama_server import LlamaServerRead, probe_llama_server
 from cliff_tui.probes.endpoints.ollama import read_ollama
 from cliff_tui.probes.endpoints.server_flags import Flag, llama_server_settings, read_flag
 from cliff_tui.records import ServerKind, ServerSetting
 
-Report = Literal["counters", "slots", "pool", "models", "memory", "log"]
+Report = Literal["counters", "slots", "pool", "kv_blocks", "models", "memory", "prompt_cache", "log"]
 Settings = Callable[[Sequence[str], Mapping[str, str]], tuple[ServerSetting, ...]]
 
 
@@ -47,8 +47,16 @@ LLAMA_SERVER_API = Api(
     "--llama-server",
     llama_server.DEFAULT_URL,
     probe_llama_server,
-    frozenset({"counters", "slots", "pool", "memory", "log"}),
+    frozenset({"counters", "slots", "pool", "memory", "prompt_cache", "log"}),
     "llama-server base URL (run it with --metrics)",
+)
+VLLM_API = Api(
+    vllm.VLLM,
+    "--vllm",
+    vllm.DEFAULT_URL,
+    vllm.probe_vllm,
+    frozenset({"counters", "kv_blocks", "memory"}),
+    "vLLM base URL (its OpenAI API server)",
 )
 OLLAMA_API = Api(
     ollama.OLLAMA,
@@ -58,7 +66,7 @@ OLLAMA_API = Api(
     frozenset({"models"}),
     "Ollama base URL",
 )
-APIS: dict[str, Api] = {api.name: api for api in (LLAMA_SERVER_API, OLLAMA_API)}
+APIS: dict[str, Api] = {api.name: api for api in (LLAMA_SERVER_API, OLLAMA_API, VLLM_API)}
 
 
 def api_of_reading(source: str) -> Api | None:
@@ -92,6 +100,7 @@ class Kind:
     recognise: Callable[[ProcessShape], bool]
     settings: Settings
     list_path: str = "/v1/models"  # what a listed kind answers with
+    engine_title: str = ""  # the child process that holds the model and its KV cache, where not itself
 
     @property
     def attachable(self) -> bool:
@@ -149,6 +158,40 @@ def _py_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[ServerSet
     return tuple(read_flag(argv, env, f) for f in PY_FLAGS)
 
 
+VLLM_FLAGS = (
+    Flag("model", ("--model",), "", "none"),
+    Flag("host", ("--host",), "", "0.0.0.0"),
+    Flag("port", ("--port",), "", "8000"),
+    Flag("max_model_len", ("--max-model-len",), "", "the model's own (config.json)"),
+    Flag("max_num_seqs", ("--max-num-seqs",), "", "vLLM's default for this device"),
+    Flag("gpu_memory_utilization", ("--gpu-memory-utilization",), "", "0.92"),
+    Flag("kv_cache_memory_bytes", ("--kv-cache-memory-bytes",), "", "none"),
+    Flag("num_gpu_blocks_override", ("--num-gpu-blocks-override",), "", "none"),
+    Flag("block_size", ("--block-size",), "", "vLLM's default for this device"),
+    Flag("kv_cache_dtype", ("--kv-cache-dtype",), "", "auto"),
+    Flag("tensor_parallel_size", ("-tp", "--tensor-parallel-size"), "", "1"),
+    Flag("cpu_kvcache_space", (), "VLLM_CPU_KVCACHE_SPACE", "none"),
+)
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def _vllm_settings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[ServerSetting, ...]:
+    """``vllm serve MODEL`` names the model as its first word; the module takes ``--model``."""
+    read = [read_flag(argv, env, f) for f in VLLM_FLAGS]
+    if tuple(argv[1:2]) == ("serve",) and len(argv) > 2 and not argv[2].startswith("-"):
+        read[0] = ServerSetting("model", argv[2], "command line (vllm serve MODEL)")
+    return tuple(read)
+
+
+def _is_vllm(p: ProcessShape) -> bool:
+    return (
+        (p.exe.startswith("python") and _runs_module(p.argv, VLLM_MODULE))
+        or (p.exe == "vllm" and p.argv[1:2] == ("serve",))
+        or p.exe.startswith("vllm::apiserver")
+        or p.name.startswith("vllm::apiserver")
+    )
+
+
 def _is_lm_studio(p: ProcessShape) -> bool:
     joined = " ".join(p.argv).lower()
     return "lm studio" in joined or "lm-studio" in joined or p.exe in ("lms", "lm-studio")
@@ -176,9 +219,10 @@ LLAMA_CPP_PYTHON = Kind(
     _py_settings,
 )
 LM_STUDIO = Kind("lm-studio", None, (1234,), _is_lm_studio, _no_settings, list_path="/api/v0/models")
+VLLM = Kind("vllm", VLLM_API, (8000,), _is_vllm, _vllm_settings, engine_title="VLLM::EngineCor")
 
 # In the order a process is matched: Ollama's runner is a llama-server whose parent is Ollama.
-KINDS: tuple[Kind, ...] = (OLLAMA_RUNNER, LLAMA_SERVER, OLLAMA_SERVE, LLAMA_CPP_PYTHON, LM_STUDIO)
+KINDS: tuple[Kind, ...] = (OLLAMA_RUNNER, LLAMA_SERVER, OLLAMA_SERVE, LLAMA_CPP_PYTHON, LM_STUDIO, VLLM)
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
 
 
@@ -195,7 +239,8 @@ def recognise(name: str, argv: Sequence[str], parent: str = "") -> Kind | None:
 
 
 def kind_on_port(port: int) -> Kind:
-    """Who answers on a default port, before anything is asked (llama-server where none claims it)."""
+    """Who answers on a default port, before anything is asked (llama-server where none claims it:
+    llama-cpp-python's server and vLLM share 8000, and only vLLM is read on it)."""
     return next((k for k in KINDS if port in k.ports), LLAMA_SERVER)
 
 

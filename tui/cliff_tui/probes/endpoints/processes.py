@@ -124,3 +124,19 @@ def listening_ports() -> dict[int, int | None] | None:
     except (psutil.AccessDenied, OSError):
         return None
     return {c.laddr.port: c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr}
+
+
+def engine_child(pid: int, title: str) -> int | None:
+    """The child process whose name starts with ``title`` (vLLM's ``VLLM::EngineCore``, which
+    holds the model and its KV cache), or None where there is none or it cannot be read."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    for child in children:
+        try:
+            if child.name().lower().startswith(title.lower()):
+                return child.pid
+        except psutil.Error:
+            continue
+    return None

@@ -54,3 +54,17 @@ def _key(name: str, labels: dict[str, str]) -> str:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def info_labels(text: str, name: str) -> dict[str, str] | None:
+    """The labels of an info-style sample (a constant 1 whose labels carry the values, as vLLM's
+    ``vllm:cache_config_info``), or None where the text has none readable."""
+    lines = [line for line in text.splitlines() if line.startswith(name + "{")]
+    for line in lines:
+        try:
+            for family in text_string_to_metric_families(line + "\n"):
+                for s in family.samples:
+                    return dict(s.labels)
+        except Exception:
+            continue
+    return None
