@@ -36,8 +36,11 @@ class CliffGauge:
 
     @property
     def level(self) -> GaugeLevel:
-        """Red past the cliff line (into the reserve) or while requests fail, amber as it nears it."""
-        if self.fraction >= 1.0 or self.failing:
+        """Red past the cliff line (into the reserve) or while requests fail (a paged cache: while it
+        preempts), amber as it nears it."""
+        if self.failing:
+            return "red"
+        if self.fraction >= 1.0 and self.source != "kv blocks":  # vLLM runs its blocks full by design
             return "red"
         return "amber" if self.fraction >= th.GAUGE_AMBER else "ok"
 

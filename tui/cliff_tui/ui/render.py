@@ -467,8 +467,8 @@ def _gauge_words(gauge: CliffGauge) -> str:
         text = f"{gauge.tokens:,} of {gauge.max_context:,} KV tokens in use"
         if gauge.failing:
             text += f": vLLM preempts, {gauge.preempted} in the last minute"
-        elif gauge.level == "red":
-            text += ": every block in use"
+        elif gauge.fraction >= 1.0:
+            text += ": every block in use, preemption next"
         if gauge.seconds_to_full is not None and not gauge.failing:
             text += f", full in ~{fmt_duration(gauge.seconds_to_full)} at this growth"
         return text
@@ -549,6 +549,9 @@ def attached_lines(p: Store) -> list[Parts]:
     if found is None:
         return []
     lines = [[(line, DIM if i == 0 else None)] for i, line in enumerate(_found_parts(found))]
+    reading = next((r for r in p.servers.readings.values() if r.url == found.url), None)
+    if reading is not None and reading.kv_blocks is not None:
+        lines.append([(kv_blocks_line(reading.kv_blocks), None)])
     split = p.server_memory()
     if split is not None:
         reading = next((r for r in p.servers.readings.values() if r.url == found.url), None)
@@ -599,21 +602,17 @@ def server_line(p: Store) -> Parts:
             )
         if s.requests_processing:
             parts.append(f"{s.requests_processing} request(s) running")
-        if s.kv_blocks is not None:
-            parts.extend(_kv_block_parts(s.kv_blocks))
     return [(" · ".join(parts), AMBER if warn else None)]
 
 
-def _kv_block_parts(kv: KvBlocks) -> list[str]:
-    """A paged KV cache's queue and history: waiting, preempted since start, the blocks."""
-    parts = []
-    if kv.waiting:
+def kv_blocks_line(kv: KvBlocks) -> str:
+    """A paged KV cache (vLLM): its blocks, its queue, and the preemptions since the server started."""
+    parts = [f"KV: {kv.blocks:,} blocks × {kv.block_size} tokens" if kv.blocks and kv.block_size else "KV blocks"]
+    if kv.waiting is not None:
         capacity = f" ({kv.waiting_for_capacity} for blocks)" if kv.waiting_for_capacity else ""
-        parts.append(f"{kv.waiting} waiting{capacity}")
+        parts.append(f"{kv.running or 0} running, {kv.waiting} waiting{capacity}")
     if kv.preemptions_total is not None:
         parts.append(f"{kv.preemptions_total:,.0f} preempted since start")
-    if kv.blocks and kv.block_size:
-        parts.append(f"{kv.blocks:,} KV blocks × {kv.block_size} tokens")
     if kv.max_model_len:
         parts.append(f"max-model-len {kv.max_model_len:,}")
-    return parts
+    return " · ".join(parts)
