@@ -180,6 +180,10 @@ def cmd_attach(args: argparse.Namespace) -> int:
 def cmd_fit(args: argparse.Namespace) -> int:
     from cliff_tui.advise import advise, measured_from_file
     from cliff_tui.cli.fit_devices import fit_devices, wants_devices
+    from cliff_tui.cli.fit_vllm import fit_vllm, wants_vllm
+
+    if wants_vllm(args):
+        return fit_vllm(args)
     from cliff_tui.engine.default_model import default_model_path
     from cliff_tui.models.source import ModelReader
     from cliff_tui.report.fit import fit_record, format_fit_markdown

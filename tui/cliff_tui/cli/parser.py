@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 
 from cliff_tui import __version__
+from cliff_tui.cli.fit_vllm import add_vllm_fit_flags
 from cliff_tui.formats import FORMATS
 from cliff_tui.listen import EXPORTER_PORT, SERVE_PORT
 from cliff_tui.probes.endpoints.kinds import APIS
@@ -426,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fit.add_argument("--json", action="store_true", help="the table as JSON, with what reading the header took")
     _add_split_flags(fit)
+    add_vllm_fit_flags(fit)
     _add_models_parser(sub)
 
     exporter = sub.add_parser("exporter", help="Prometheus metrics: tiers, signs, tok/s, servers, a capacity plan")
