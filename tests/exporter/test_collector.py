@@ -133,6 +133,9 @@ def test_no_gpu_means_no_gpu_samples_but_every_family_is_served():
         {"tier": "swap", "gpu": "", "uuid": ""},
     ]
     assert "cliff_pcie_rx_bytes_per_second" in names and not labelsets(series, "cliff_pcie_rx_bytes_per_second")
+    # no vLLM attached: its KV cache families are served, with no sample
+    for family in ("cliff_server_kv_cache_usage_ratio", "cliff_server_preemptions", "cliff_server_requests_waiting"):
+        assert family in names and not labelsets(series, family)
     # no swap on this demo box: sign 1 cannot be read, and says so
     assert value(series, "cliff_sign_applicable", sign="1") == 0
     assert value(series, "cliff_sign_level", sign="1") == 0

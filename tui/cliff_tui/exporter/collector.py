@@ -9,7 +9,8 @@ no server), so a dashboard's queries name series that exist on every host.
 
 Labels: ``tier`` (vram, shared, ram, swap), ``gpu`` (the index, "" for host tiers), ``uuid``
 (NVML's GPU UUID where known, else ""), ``sign`` and ``name`` for the three signs, ``server``
-(an attached server's base URL, credentials removed) and ``kind``, ``slot``; a capacity plan's
+(an attached server's base URL, credentials removed) and ``kind``, ``slot``; a paged KV cache's
+(vLLM) ``state`` (used, capacity) and ``reason`` (capacity, any); a capacity plan's
 ``model`` (file name only) and ``kv_type``; ``cgroup``, the path of the cgroup whose CPU quota it
 is (each cgroup's periods are a counter of their own).
 """
@@ -58,6 +59,7 @@ class CliffCollector(Collector):
                 *_decode(store),
                 *_process(store.machine.latest),
                 *_servers(store),
+                *_kv_blocks(store),
                 *_server_memory(store),
                 *_context_pool(store),
             ]
@@ -268,6 +270,50 @@ def _servers(p: Store) -> list[Metric]:
         _slots(reading, server, n_ctx, used)
         _models(reading, server, model)
     return [up, decode, prompt, running, n_ctx, used, model]
+
+
+def _kv_blocks(p: Store) -> list[Metric]:
+    """A paged KV cache (vLLM): its blocks in use, its size in tokens, and what its scheduler does
+    when they run out (preempts running requests, to recompute them later; queues new ones)."""
+    labels = ("server",)
+    usage = _gauge(
+        "cliff_server_kv_cache_usage_ratio", "Share of the server's KV cache blocks in use, 0–1 (vLLM)", labels
+    )
+    tokens = _gauge(
+        "cliff_server_kv_cache_tokens",
+        "Tokens the server's KV cache blocks hold (used) and can hold (capacity: blocks × block size) (vLLM)",
+        (*labels, "state"),
+    )
+    preemptions = CounterMetricFamily(
+        "cliff_server_preemptions",
+        "Requests the server's scheduler preempted for lack of KV blocks, "
+        "to recompute later (vLLM's own count: a restart resets it)",
+        labels=list(labels),
+    )
+    last_minute = _gauge(
+        "cliff_server_preemptions_last_minute",
+        "Requests the server preempted over the last minute (the cliff gauge is red while this is above 0) (vLLM)",
+        labels,
+    )
+    waiting = _gauge(
+        "cliff_server_requests_waiting",
+        "Requests queued by the server: all of them (any), or those waiting for free KV blocks (capacity) (vLLM)",
+        (*labels, "reason"),
+    )
+    for reading in p.servers.readings.values():
+        kv = reading.kv_blocks
+        if kv is None:
+            continue
+        server = _server_label(reading.url)
+        usage.add_metric([server], kv.usage)
+        _add(tokens, [server, "used"], kv.tokens_used)
+        _add(tokens, [server, "capacity"], kv.capacity_tokens)
+        _add(preemptions, [server], kv.preemptions_total)
+        if kv.preemptions_total is not None:
+            last_minute.add_metric([server], p.servers.preempted(reading.url, reading.t))
+        _add(waiting, [server, "capacity"], kv.waiting_for_capacity)
+        _add(waiting, [server, "any"], kv.waiting)
+    return [usage, tokens, preemptions, last_minute, waiting]
 
 
 def _slots(reading: ServerReading, server: str, n_ctx: GaugeMetricFamily, used: GaugeMetricFamily) -> None:
