@@ -34,6 +34,7 @@ KV_FAMILIES = (
     "cliff_server_preemptions_total",
     "cliff_server_preemptions_last_minute",
     "cliff_server_requests_waiting",
+    "cliff_server_kv_cache_max_concurrency",
 )
 
 
@@ -90,6 +91,8 @@ def test_a_full_kv_cache_with_requests_waiting_for_blocks():
     assert value(series, "cliff_server_requests_waiting", server=URL, reason="capacity") == 5
     assert value(series, "cliff_server_requests_waiting", server=URL, reason="any") == 5
     assert value(series, "cliff_server_requests_processing", server=URL) == 2
+    # vLLM's log: "Maximum concurrency for 1,024 tokens per request: 1.25x"
+    assert value(series, "cliff_server_kv_cache_max_concurrency", server=URL) == 1.25
     # the cliff gauge is the KV blocks': full, and red while vLLM preempts
     gauge = store.gauge()
     assert gauge is not None and gauge.source == "kv blocks" and gauge.level == "red"

@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cliff-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    watch = sub.add_parser("watch", help="live dashboard of the memory tiers (the default)")
+    watch = sub.add_parser("watch", help="live dashboard of the memory tiers, and of the server it finds (the default)")
     _add_monitor_flags(watch)
     watch.add_argument("--pid", type=_positive_int, help="also follow this process's RSS (and children)")
     watch.add_argument("--once", action="store_true", help="print one sample and exit")
@@ -391,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--redact", action="store_true", help="replace the hostname, user paths, command-line paths and PIDs"
     )
 
-    attach = sub.add_parser("attach", help="watch a running llama-server / Ollama / process")
+    attach = sub.add_parser("attach", help="watch a running llama-server / vLLM / Ollama / process")
     attach.add_argument("--pid", type=_positive_int, help="a process to follow (RSS, children, GPU memory)")
     _add_server_urls(attach, "")
     attach.add_argument("--once", action="store_true", help="one reading as JSON, then exit (3 if unreachable)")

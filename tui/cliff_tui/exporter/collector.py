@@ -300,10 +300,18 @@ def _kv_blocks(p: Store) -> list[Metric]:
         "Requests queued by the server: all of them (any), or those waiting for free KV blocks (capacity) (vLLM)",
         (*labels, "reason"),
     )
+    fit = _gauge(
+        "cliff_server_kv_cache_max_concurrency",
+        "Requests of max-model-len tokens the server's KV cache holds at once before it must preempt "
+        "(kv_cache_size_tokens / max_model_len, as vLLM logs 'Maximum concurrency') (vLLM)",
+        labels,
+    )
     for reading in p.servers.readings.values():
         kv = reading.kv_blocks
         if kv is None:
             continue
+        if kv.capacity_tokens and kv.max_model_len:
+            fit.add_metric([_server_label(reading.url)], kv.capacity_tokens / kv.max_model_len)
         server = _server_label(reading.url)
         usage.add_metric([server], kv.usage)
         _add(tokens, [server, "used"], kv.tokens_used)
@@ -313,7 +321,7 @@ def _kv_blocks(p: Store) -> list[Metric]:
             last_minute.add_metric([server], p.servers.preempted(reading.url, reading.t))
         _add(waiting, [server, "capacity"], kv.waiting_for_capacity)
         _add(waiting, [server, "any"], kv.waiting)
-    return [usage, tokens, preemptions, last_minute, waiting]
+    return [usage, tokens, preemptions, last_minute, waiting, fit]
 
 
 def _slots(reading: ServerReading, server: str, n_ctx: GaugeMetricFamily, used: GaugeMetricFamily) -> None:
