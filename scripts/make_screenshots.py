@@ -1,6 +1,7 @@
 """Render screenshots/*.svg from deterministic data: the demo sessions and a recorded real
 triangulation of SmolLM2 on this project's CPU machine, a recorded attach to a real llama-server
-whose context pool four chats fill; and screenshots/serve-browser.png, the
+whose context pool four chats fill, a recorded attach to a real vLLM preempting under eight long
+requests; and screenshots/serve-browser.png, the
 triangulation replayed through ``cliff-tui serve`` in headless Chromium (skipped where Chromium is
 absent; a font with ⏸ in it, such as Debian's fonts-symbola, keeps that mark from being drawn as
 a box). Run: python scripts/make_screenshots.py"""
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "screenshots"
 TRIANGULATION = ROOT / "tests" / "data" / "smollm2_triangulation.jsonl"
 ATTACH = ROOT / "tests" / "data" / "attach_chat.jsonl"  # scripts/record_attach_session.py
+VLLM = ROOT / "tests" / "data" / "attach_vllm.jsonl"  # scripts/record_vllm_session.py
 
 
 async def shoot(app: CliffApp, name: str, size: tuple[int, int], keys: tuple[str, ...] = ()) -> None:
@@ -54,6 +56,14 @@ async def main() -> None:
         "attach-chat-pool.svg",
         (120, 40),
         keys=("space", "end"),
+    )
+    # 10 s before its end: red, 4 preempted in the last minute (at the very end a preempted request
+    # resumes, and its inter-token latency, the wait included, reads as 0.1 tok/s for one window)
+    await shoot(
+        CliffApp("replay", Session(recording=open_recording(VLLM))),
+        "attach-vllm-preempting.svg",
+        (120, 40),
+        keys=("space", "end", "left"),
     )
     await shoot_browser("serve-browser.png")
 

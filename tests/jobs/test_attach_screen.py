@@ -17,6 +17,7 @@ from paths import DATA
 from screen import screen_text, wait_for
 
 ATTACH_RECORDING = DATA / "attach_chat.jsonl"
+VLLM_RECORDING = DATA / "attach_vllm.jsonl"
 
 
 @pytest.mark.model
@@ -66,3 +67,21 @@ async def test_a_recorded_attach_replays_to_the_server_its_flags_memory_and_pool
     assert "found: process 1 listening on 127.0.0.1:52431 (llama-server" in screen
     assert "flags: ctx_size=2048 parallel=4 n_gpu_layers=0 kv_unified=true" in screen
     assert "RSS 180 MiB = model 92.1 MiB mapped + KV 45.0 MiB" in screen
+
+
+async def test_a_recorded_vllm_attach_replays_to_the_gauge_red_with_its_preemptions():
+    """A recording of ``attach --vllm`` next to a real vLLM under eight long requests
+    (scripts/record_vllm_session.py) draws, at the moment of the screenshot, the gauge red with the
+    preemptions of the last minute and the KV line; a little earlier, amber with every block in use."""
+    app = CliffApp("replay", Session(recording=open_recording(VLLM_RECORDING)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("space", "end", "left")
+        await wait_for(pilot, lambda: "50s / 1m00s" in screen_text(app))
+        red = " ".join(screen_text(app).split())
+        await pilot.press("left")
+        await wait_for(pilot, lambda: "40s / 1m00s" in screen_text(app))
+        amber = " ".join(screen_text(app).split())
+    assert "1,280 of 1,280 KV tokens in use: vLLM preempts, 4 in the last minute" in red, red
+    assert "KV: 10 blocks × 128 tokens · 3 running, 5 waiting (5 for blocks) · 4 preempted since start" in red
+    assert "max-model-len 1,024" in red and "process 1 listens on port" in red
+    assert "every block in use, preemption next" in amber and "0 preempted since start" in amber, amber
