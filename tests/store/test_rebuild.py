@@ -191,19 +191,3 @@ def test_a_day_of_server_readings_keeps_a_bounded_journal_that_still_rebuilds_th
     for event in kept:
         again.feed(event)
     assert view(again) == view(store)
-
-
-def test_periodic_events_are_kept_packed_and_come_back_as_they_were_fed():
-    store = Store(history_capacity=10)
-    fed = [
-        Sample(1.5, RamReading(GiB, 4 * GiB, 3 * GiB), SwapReading(0, 0)),
-        ServerReading(
-            2.0, "llama-server", LLAMA, "ok", requests_processing=1, slots=(SlotReading(0, 8192, 100, True),)
-        ),
-        ServerMemory(2.5, LLAMA, 42, 300 * MiB, 200 * MiB, 100 * MiB, 0, prompt_cache_basis="smaps"),
-    ]
-    for event in fed:
-        store.feed(event)
-    packed = list(store._journal)
-    assert all(isinstance(item, bytes) for item in packed) and sum(len(item) for item in packed) < 1500
-    assert list(store.snapshot_events()) == fed

@@ -6,21 +6,14 @@ windows the speed sign judges, their memory readings, the log, notices and gener
 screens keep; the latest of what the servers found and a measured capacity (each replaces the one
 before); every event of a run, and the plan and the target, whole. Alerts are not kept: a replay
 raises them again from the same events.
-
-The periodic kinds (samples, server readings, their memory readings: thousands of each in a long
-session) are kept packed, as the compressed JSON a recording holds of them, and unpacked only
-when a recording starts: a full window costs a fraction of the objects' memory.
 """
 
 from __future__ import annotations
 
 import heapq
-import json
-import zlib
 from collections import deque
 from collections.abc import Iterator
 
-from cliff_tui.codec import event_from_plain, event_to_plain
 from cliff_tui.events import (
     ATTACH_RUN_ID,
     Alert,
@@ -55,7 +48,7 @@ class Journal:
             "notice": NOTICES_KEPT,
             "text": TEXT_KEPT,
         }
-        self._kept: dict[str, deque[tuple[int, Event | bytes]]] = {}
+        self._kept: dict[str, deque[tuple[int, Event]]] = {}
 
     def keep(self, seq: int, event: Event) -> None:
         kind = _kind(event)
@@ -64,30 +57,18 @@ class Journal:
         kept = self._kept.get(kind)
         if kept is None:
             kept = self._kept[kind] = deque(maxlen=self._kept_for.get(kind))
-        kept.append((seq, _pack(event) if kind in PACKED else event))
+        kept.append((seq, event))
 
     def events(self) -> Iterator[Event]:
         """Every kept event, in the order it was fed."""
-        for _, item in heapq.merge(*self._kept.values(), key=lambda kept: kept[0]):
-            yield _unpack(item) if isinstance(item, bytes) else item
+        for _, event in heapq.merge(*self._kept.values(), key=lambda kept: kept[0]):
+            yield event
 
-    def __iter__(self) -> Iterator[Event | bytes]:
-        """Every kept item (an event, or a packed one), in no particular order."""
+    def __iter__(self) -> Iterator[Event]:
+        """Every kept event, in no particular order."""
         for kept in self._kept.values():
-            for _, item in kept:
-                yield item
-
-
-PACKED = frozenset({"sample", "server", "server_memory"})
-
-
-def _pack(event: Event) -> bytes:
-    return zlib.compress(json.dumps(event_to_plain(event), separators=(",", ":")).encode(), 1)
-
-
-def _unpack(packed: bytes) -> Event:
-    event: Event = event_from_plain(json.loads(zlib.decompress(packed)))
-    return event
+            for _, event in kept:
+                yield event
 
 
 # Each kind of event kept in its own bounded window; an attach's decode windows apart from a run's.
