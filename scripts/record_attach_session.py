@@ -1,5 +1,5 @@
-"""Record tests/data/attach_chat.jsonl: ``cliff-tui attach`` (no URL: it finds the server by its
-process) on a 120×40 pseudo-terminal, next to a real llama-server with a small unified pool
+"""Record tests/data/attach_chat.jsonl: ``cliff-tui`` with no command (it finds the server by its
+process, as ``attach`` does) on a 120×40 pseudo-terminal, next to a real llama-server with a small unified pool
 (``-c 2048 -np 4 --kv-unified``) and four conversations summarising the README turn by turn until
 the pool is nearly full. The recording is redacted; scripts/make_screenshots.py replays it.
 
@@ -9,17 +9,13 @@ the pool is nearly full. The recording is redacted; scripts/make_screenshots.py 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
-import pty
 import signal
-import struct
-import sys
 import tempfile
-import termios
-import threading
 import time
 from pathlib import Path
+
+from pty_cliff import cliff_on_a_pty
 
 from chat import chat_turn, document_turns
 from llama_server import started_llama_server
@@ -29,22 +25,8 @@ OUT = ROOT / "tests" / "data" / "attach_chat.jsonl"
 
 
 def attach_on_a_pty(record: Path) -> tuple[int, int]:
-    """``cliff-tui attach --record`` on a 120×40 pseudo-terminal: its PID and the terminal's fd."""
-    argv = [sys.executable, "-m", "cliff_tui", "attach", "--record", str(record), "--force", "--redact"]
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execvp(argv[0], argv)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    threading.Thread(target=_drain, args=(fd,), daemon=True).start()
-    return pid, fd
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 65536):
-            pass
-    except OSError:
-        pass
+    """``cliff-tui --record`` (no command) on a 120×40 pseudo-terminal: its PID and the terminal's fd."""
+    return cliff_on_a_pty(["--record", str(record), "--force", "--redact"])
 
 
 def main() -> None:
