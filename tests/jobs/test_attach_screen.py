@@ -56,17 +56,17 @@ async def test_attach_shows_the_server_its_flags_memory_and_pool_then_survives_i
 
 
 async def test_a_recorded_attach_replays_to_the_server_its_flags_memory_and_pool():
-    """A recording of ``attach`` next to a real llama-server (scripts/record_attach_session.py) draws
+    """A recording of ``cliff-tui`` (no command) next to a real llama-server (scripts/record_attach_session.py) draws
     what the live screen drew: how the server was found, its flags, its memory and the pool."""
     app = CliffApp("replay", Session(recording=open_recording(ATTACH_RECORDING)))
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("space", "end")
-        await wait_for(pilot, lambda: "45s / 45s" in screen_text(app))
+        await wait_for(pilot, lambda: "51s / 51s" in screen_text(app))
         screen = screen_text(app)
     assert "cells in use" in screen and "unified KV pool" in screen
-    assert "found: process 1 listening on 127.0.0.1:52431 (llama-server" in screen
+    assert "found: process 1 listening on 127.0.0.1:50435 (llama-server" in screen
     assert "flags: ctx_size=2048 parallel=4 n_gpu_layers=0 kv_unified=true" in screen
-    assert "RSS 180 MiB = model 92.1 MiB mapped + KV 45.0 MiB" in screen
+    assert "RSS 181 MiB = model 92.1 MiB mapped + KV 45.0 MiB" in screen
 
 
 async def test_a_recorded_vllm_attach_replays_to_the_gauge_red_with_its_preemptions():
