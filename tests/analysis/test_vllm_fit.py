@@ -27,16 +27,7 @@ from paths import DATA
 
 GiB = 1024**3
 F, S = "full_attention", "sliding_attention"
-SMOLLM2 = {
-    "model_type": "llama",
-    "hidden_size": 576,
-    "head_dim": 64,
-    "num_attention_heads": 9,
-    "num_hidden_layers": 30,
-    "num_key_value_heads": 3,
-    "max_position_embeddings": 8192,
-    "dtype": "bfloat16",
-}
+SMOLLM2 = json.loads((DATA / "endpoints" / "vllm" / "smollm2_config.json").read_text())  # its config.json, as converted
 # Gemma 3 270M's attention (18 layers, a full one after each five sliding ones, window 512) with its
 # 256-wide heads
 GEMMA3 = {

@@ -13,17 +13,9 @@ from cliff_tui.cli.fit_vllm import add_vllm_fit_flags, fit_vllm, serve_name, wan
 from cliff_tui.cli.parser import build_parser
 from cliff_tui.errors import BadInput
 from fakes.http_server import FakeHttpServer, Route
+from paths import DATA
 
-SMOLLM2 = {
-    "model_type": "llama",
-    "hidden_size": 576,
-    "head_dim": 64,
-    "num_attention_heads": 9,
-    "num_hidden_layers": 30,
-    "num_key_value_heads": 3,
-    "max_position_embeddings": 8192,
-    "dtype": "bfloat16",
-}
+SMOLLM2 = json.loads((DATA / "endpoints" / "vllm" / "smollm2_config.json").read_text())  # its config.json, as converted
 GiB = 1024**3
 
 

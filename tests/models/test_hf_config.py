@@ -12,19 +12,9 @@ import pytest
 from cliff_tui.errors import BadInput
 from cliff_tui.models.hf_config import MAX_CONFIG_BYTES, is_hf_spec, read_hf_config
 from fakes.http_server import FakeHttpServer, Route, closed_port
+from paths import DATA
 
-SMOLLM2 = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 576,
-    "head_dim": 64,
-    "num_attention_heads": 9,
-    "num_hidden_layers": 30,
-    "num_key_value_heads": 3,
-    "max_position_embeddings": 8192,
-    "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
-    "dtype": "bfloat16",
-}
+SMOLLM2 = json.loads((DATA / "endpoints" / "vllm" / "smollm2_config.json").read_text())  # its config.json, as converted
 
 
 def write(folder: Path, config: object, **files: int) -> Path:
