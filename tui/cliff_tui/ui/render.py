@@ -554,7 +554,6 @@ def attached_lines(p: Store) -> list[Parts]:
         lines.append([(kv_blocks_line(reading.kv_blocks), None)])
     split = p.server_memory()
     if split is not None:
-        reading = next((r for r in p.servers.readings.values() if r.url == found.url), None)
         gone = reading is not None and reading.status != "ok" and reading.t > p.servers.memory[-1].t
         lines.append([(("before it stopped answering: " if gone else "") + split.short_text(), DIM if gone else None)])
         lines.extend([(f"  {line}", DIM)] for line in split.device_lines())
