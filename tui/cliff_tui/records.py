@@ -225,7 +225,7 @@ class BufferSize:
     bytes: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # thousands kept per attached server
 class DecodePoint:
     """Decode speed measured at one depth (KV cells in use)."""
 

@@ -256,6 +256,7 @@ class Store:
 
     def frozen(self) -> Store:
         """A copy that no later event changes (a paused screen draws it). The events and records
-        are immutable values: the copy shares them and copies only the state built from them."""
-        memo = {id(event): event for event in self._journal}
+        are immutable values: the copy shares those the journal holds and copies only the state
+        built from them."""
+        memo = {id(event): event for event in self._journal.held()}
         return copy.deepcopy(self, memo)

@@ -5,14 +5,16 @@ readings the history shows (a ring as long as the history's), the attached serve
 windows the speed sign judges, their memory readings, the log, notices and generated text the
 screens keep; the latest of what the servers found and a measured capacity (each replaces the one
 before); every event of a run, and the plan and the target, whole. Alerts are not kept: a replay
-raises them again from the same events.
+raises them again from the same events. The periodic kinds, thousands of events each, are kept
+packed (:mod:`cliff_tui.store.packed`): their memory is taken when the first arrives, not as the
+window fills.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from cliff_tui.events import (
     ATTACH_RUN_ID,
@@ -29,6 +31,7 @@ from cliff_tui.events import (
     ServersFound,
 )
 from cliff_tui.store.messages import LOG_LINES_KEPT, NOTICES_KEPT
+from cliff_tui.store.packed import PackedRing
 from cliff_tui.store.runs import TEXT_KEPT
 from cliff_tui.store.servers import POINTS_KEPT
 
@@ -49,10 +52,17 @@ class Journal:
             "text": TEXT_KEPT,
         }
         self._kept: dict[str, deque[tuple[int, Event]]] = {}
+        self._packed: dict[str, PackedRing] = {}
 
     def keep(self, seq: int, event: Event) -> None:
         kind = _kind(event)
         if kind is None:
+            return
+        if kind in PACKED:
+            packed = self._packed.get(kind)
+            if packed is None:
+                packed = self._packed[kind] = PackedRing(self._kept_for[kind])
+            packed.append(seq, event)
             return
         kept = self._kept.get(kind)
         if kept is None:
@@ -60,12 +70,13 @@ class Journal:
         kept.append((seq, event))
 
     def events(self) -> Iterator[Event]:
-        """Every kept event, in the order it was fed."""
-        for _, event in heapq.merge(*self._kept.values(), key=lambda kept: kept[0]):
+        """Every kept event, in the order it was fed (the packed ones built again)."""
+        windows: list[Iterable[tuple[int, Event]]] = [*self._kept.values(), *self._packed.values()]
+        for _, event in heapq.merge(*windows, key=lambda kept: kept[0]):
             yield event
 
-    def __iter__(self) -> Iterator[Event]:
-        """Every kept event, in no particular order."""
+    def held(self) -> Iterator[Event]:
+        """The events kept as objects (not the packed ones), in no particular order."""
         for kept in self._kept.values():
             for _, event in kept:
                 yield event
@@ -82,6 +93,9 @@ _KIND_OF: dict[type, str] = {
     Notice: "notice",
     GeneratedText: "text",
 }
+
+
+PACKED = frozenset({"sample", "server", "server_memory", "attach_window"})  # periodic, thousands kept
 
 
 def _kind(event: Event) -> str | None:
