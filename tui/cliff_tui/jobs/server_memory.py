@@ -12,7 +12,7 @@ from cliff_tui.errors import CliffError
 from cliff_tui.events import ServerMemory
 from cliff_tui.jobs.server_split import server_split
 from cliff_tui.probes.endpoints.prompt_cache import PromptCacheRead, read_prompt_cache
-from cliff_tui.probes.endpoints.server_memory import read_process_memory
+from cliff_tui.probes.endpoints.server_memory import ProcessMemory, read_process_memory
 from cliff_tui.records import FoundServer
 from cliff_tui.units import MiB
 
@@ -40,12 +40,15 @@ class MemoryProbe:
         self.problem = ""
         self._cache: PromptCacheRead | None = None
         self._cache_anon = 0
+        self._last: ProcessMemory | None = None
 
     def read(self) -> ServerMemory | None:
-        memory = read_process_memory(self.pid, self.model_path)
+        memory = read_process_memory(self.pid, self.model_path, self._last)
         if isinstance(memory, str):
             self.problem = memory
+            self._last = None
             return None
+        self._last = memory
         return ServerMemory(
             time.time(),
             self.url,

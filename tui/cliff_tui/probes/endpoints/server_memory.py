@@ -20,8 +20,12 @@ class ProcessMemory:
     model_mapped: int | None  # resident pages of the model file; None where smaps is unreadable
 
 
-def read_process_memory(pid: int, model_path: str | None = None) -> ProcessMemory | str:
-    """The split, or one line on why it cannot be read."""
+def read_process_memory(
+    pid: int, model_path: str | None = None, before: ProcessMemory | None = None
+) -> ProcessMemory | str:
+    """The split, or one line on why it cannot be read. ``before``: the same process's previous
+    split; where its file-backed pages have not moved since, the model file's pages have not
+    either, and smaps (a walk of every mapping, the costliest read here) is not read again."""
     try:
         with open(f"/proc/{pid}/status") as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
@@ -32,10 +36,12 @@ def read_process_memory(pid: int, model_path: str | None = None) -> ProcessMemor
     values = {k: _kib(fields.get(k)) for k in ("VmRSS", "RssAnon", "RssFile", "RssShmem")}
     if values["VmRSS"] is None:
         return f"/proc/{pid}/status has no VmRSS (a kernel thread or a zombie)"
-    mapped = _mapped(pid, model_path) if model_path else None
-    return ProcessMemory(
-        values["VmRSS"], values["RssAnon"] or 0, values["RssFile"] or 0, values["RssShmem"] or 0, mapped
-    )
+    file = values["RssFile"] or 0
+    if before is not None and before.file == file and before.model_mapped is not None:
+        mapped: int | None = before.model_mapped
+    else:
+        mapped = _mapped(pid, model_path) if model_path else None
+    return ProcessMemory(values["VmRSS"], values["RssAnon"] or 0, file, values["RssShmem"] or 0, mapped)
 
 
 def _kib(text: str | None) -> int | None:
