@@ -118,6 +118,18 @@ def test_the_speed_verdict_of_an_attached_server_comes_from_its_windows():
     assert p.signs.current[3].level == "ok"
 
 
+def test_the_attached_servers_speed_verdict_follows_each_new_window():
+    p = Store()
+    for i in range(8):
+        p.feed(window(float(i), 50.0 - i, depth=512 * (i + 1)))
+    assert p.speed_verdict().level == "ok"
+    for i in range(8, 11):  # the decode falls far below its trend
+        p.feed(window(float(i), 12.0, depth=512 * (i + 1)))
+    fallen = p.speed_verdict()
+    assert fallen.level != "ok" and "below its depth trend" in fallen.text
+    assert p.signs.current[3].level != "ok"
+
+
 def test_llama_server_readings_carry_the_rates_and_ollama_only_its_models():
     p = Store()
     p.feed(llama_reading(0, 0, 0))

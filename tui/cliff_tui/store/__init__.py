@@ -67,6 +67,7 @@ class Store:
         self.signs = SignsState()
         self.version = 0  # moves with every event fed and every judgement of the signs
         self._journal = Journal(history_capacity)
+        self._server_speed: tuple[tuple[object, ...], SpeedVerdict] | None = None  # its inputs, the verdict
 
     # --- the one ingest ---------------------------------------------------------------------
 
@@ -189,22 +190,33 @@ class Store:
         the ones before them."""
         if self.runs.current is not None:
             return self.runs.current.verdict(self.signs.throttle)
+        watch = self.signs.session_watch
+        spilled = memory_sign(watch.evidence())
+        inputs = (
+            self.servers.points_added,
+            frozenset(self.signs.throttle),
+            watch.cpu_cause,
+            self.kv_on_gpu,
+            spilled.text if spilled else None,
+        )
+        if self._server_speed is not None and self._server_speed[0] == inputs:
+            return self._server_speed[1]  # judged over thousands of points: not again on every event
         trend = self.servers.trend_points()
         if trend is None:
             return None
         first_rate, rate, depth, points = trend
-        watch = self.signs.session_watch
-        spilled = memory_sign(watch.evidence())
-        return classify_speed(
+        verdict = classify_speed(
             first_rate,
             rate,
             depth,
             points,
-            self.signs.throttle,
-            cpu_cause=watch.cpu_cause,
-            kv_on_gpu=self.kv_on_gpu,
-            memory_sign=spilled.text if spilled else None,
+            inputs[1],
+            cpu_cause=inputs[2],
+            kv_on_gpu=inputs[3],
+            memory_sign=inputs[4],
         )
+        self._server_speed = (inputs, verdict)
+        return verdict
 
     def cliff_verdict(self) -> CliffVerdict:
         """The one verdict, live: the current run's, else the session's."""

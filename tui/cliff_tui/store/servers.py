@@ -3,7 +3,6 @@ capacity a triangulation measured for the served model (``attach --from``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -33,6 +32,7 @@ class ServersState:
         self.readings: dict[ServerKey, ServerReading] = {}
         self.measured: MeasuredCapacity | None = None  # what an attached server's slots are held against
         self.points: deque[DecodePoint] = deque(maxlen=POINTS_KEPT)
+        self.points_added = 0  # ever: what is judged from the points is judged again only once it moves
         self.last_window: DecodeWindow | None = None
         self.found: ServersFound | None = None  # what attach found on this machine, and follows
         self.last_failure_t: float | None = None  # when the attached server's log last said a request failed
@@ -60,6 +60,7 @@ class ServersState:
         self.last_window = e
         if e.n_tokens > 0 and e.tok_s > 0:
             self.points.append(DecodePoint(e.depth, 1000.0 / e.tok_s, e.n_tokens, "depth"))
+            self.points_added += 1
 
     def remembered(self, e: ServerMemory) -> None:
         if self.memory and self.memory[-1].pid != e.pid:
@@ -161,7 +162,10 @@ class ServersState:
         if len(points) < th.FIT_MIN_POINTS + th.CONFIRMING_WINDOWS:
             return None
         recent = points[-th.CONFIRMING_WINDOWS :]
-        ref = [dataclasses.replace(p, phase="probe") for p in points[: -th.CONFIRMING_WINDOWS]]
+        ref = [
+            DecodePoint(p.depth, p.ms_per_token, p.n_tokens, "probe", p.major_faults)
+            for p in points[: -th.CONFIRMING_WINDOWS]
+        ]
         rate = sum(p.n_tokens for p in recent) / sum(p.n_tokens * p.ms_per_token / 1000 for p in recent)
         return 1000.0 / points[0].ms_per_token, rate, recent[-1].depth, ref + recent
 

@@ -12,6 +12,7 @@ never as markup: ``Text`` and segments for the widgets, ``markup=False`` for the
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ class CliffApp(App):
         self._frozen: Store | None = None  # what a paused screen shows
         self.narrow_view = "dash"
         self._drawn: object = None
+        self._drawn_at = -math.inf  # monotonic time of the latest frame a tick drew
         self._switching = False  # the projection has content but is out of view: `v` shows it
         self.session.alert_listeners.append(self._notify_alert)
 
@@ -196,19 +198,29 @@ class CliffApp(App):
         of events is one frame); in a replay, also move the replay clock."""
         if not self.is_running:  # shutting down: the widgets may be gone already
             return
-        self.session.sample_if_due(time.monotonic(), early_s=self._tick_s / 2)
+        now = time.monotonic()
+        self.session.sample_if_due(now, early_s=self._tick_s / 2)
         self.session.drain()
-        self.session.replay_tick(time.monotonic())
-        if not self.paused:
-            self._draw()
+        self.session.replay_tick(now)
+        if not self.paused and self._frame_due(now) and self._draw():
+            self._drawn_at = now
+
+    def _frame_due(self, now: float) -> bool:
+        """At most one frame a sampling interval, the first tick after the previous one's: what
+        arrives between (a server's reading, the machine's sample, out of phase) shares a frame.
+        A replay draws every tick, as its clock moves; keys and resizes draw at once."""
+        if self.session.player is not None:
+            return True
+        return now - self._drawn_at >= self.session.interval - self._tick_s / 2
 
     # --- drawing --------------------------------------------------------------------------
 
-    def _draw(self) -> None:
+    def _draw(self) -> bool:
+        """Whether anything changed and was drawn."""
         with one_paint(self.screen):  # on the terminal as the frame ends, not 1/60 s later
-            self._draw_views()
+            return self._draw_views()
 
-    def _draw_views(self) -> None:
+    def _draw_views(self) -> bool:
         p = self.store
         player = self.session.player
         views = self.views
@@ -224,7 +236,7 @@ class CliffApp(App):
             player and (player.cursor, player.playing, player.speed, round(player.position, 1)),
         )
         if version == self._drawn:
-            return
+            return False
         self._drawn = version
         title = self._title()
         views.title.show(title, lambda: Text(inert(title)), 1)
@@ -238,6 +250,7 @@ class CliffApp(App):
         if self._has_projection():
             self._layout_for(self.size)
             self._draw_projection()
+        return True
 
     def _tier_parts(self) -> tuple[Part, ...]:
         """Every tier in one view, after the reason there is no VRAM tier where there is none:
