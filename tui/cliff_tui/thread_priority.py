@@ -3,8 +3,9 @@
 llama.cpp's threads spin-wait on every core they were given; a dashboard thread that wakes 4 times
 a second preempts one of them, and the whole decode step waits at the next barrier. Lowering the
 priority of the threads that only watch (the UI, the sampler) lets the scheduler run them in the
-gaps instead. Linux only: there ``setpriority`` takes a thread id; elsewhere it would renice the
-whole process, engine included.
+gaps instead: in a process that runs a model, every thread but the engine's; in one that only
+watches (``watch``, ``attach``, the exporter), all of them. Linux only: there ``setpriority``
+takes a thread id; elsewhere it would renice the whole process, engine included.
 """
 
 from __future__ import annotations
@@ -40,3 +41,11 @@ def lower_other_threads(nice: int = WATCHER_NICE) -> int:
     except OSError:
         return 0
     return sum(lower_thread_priority(tid, nice) for tid in tids if tid != me)
+
+
+def lower_this_process(nice: int = WATCHER_NICE) -> int:
+    """In a process that only watches: every thread it has, the caller too, so that every thread
+    started later inherits the lower priority. Returns how many were lowered."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    return lower_other_threads(nice) + lower_thread_priority(threading.get_native_id(), nice)

@@ -32,11 +32,15 @@ OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from cliff_tui.cli.commands import COMMANDS  # here: the commands import the exit codes above
+    from cliff_tui.cli.commands import COMMANDS, ONLY_WATCH  # here: they import the exit codes above
 
     if sys.stderr is None:  # started with 2>&-: print(file=None) would write to stdout
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - stands in for stderr until exit
     args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
+    if args.command in ONLY_WATCH:
+        from cliff_tui.thread_priority import lower_this_process
+
+        lower_this_process()  # what it watches (a server, a model) comes first on a busy machine
     try:
         code = COMMANDS[args.command](args)
         sys.stdout.flush()  # a full disk under buffered output shows here, not at exit

@@ -280,6 +280,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(parse_bind(args.bind, SERVE_PORT), command or ["watch"], args.public_url)
 
 
+ONLY_WATCH = frozenset({"watch", "attach", "exporter"})  # no model runs in these processes
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "watch": cmd_watch,
     "run": cmd_run,
