@@ -509,3 +509,13 @@ async def test_r_writes_the_header_that_record_writes(tmp_path, monkeypatch):
     assert len(headers) == 2
     given, pressed = ({k: h[k] for k in ("command", "record_text", "format", "schema")} for h in headers)
     assert pressed == given and given["command"] == setup.command
+
+
+async def test_at_a_long_interval_what_arrives_between_samples_is_still_drawn():
+    app = CliffApp("watch", Session(sampler=Sampler(), interval=3600))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: len(app.store.history.get("ram.used")) >= 1)
+        for port in (8080, 8081):  # the first drawn by a tick, the second within a second of it
+            line = f"a server was found on port {port}"
+            app.session.bus.publish(Notice(time.time(), line))
+            await wait_for(pilot, lambda line=line: line in screen_text(app), timeout=10)

@@ -45,6 +45,7 @@ STACKED = (100, 30)  # from this size it sits below them; on a smaller screen `v
 CHART_ROWS = (6, 8, 24)  # the projection chart's height: its least, where it starts, its most
 REPLAY_KEYS = ("play", "speed", "seek(-10)", "seek(10)")  # in a replay's keys line; `p` is `space` there
 COLLECT_EVERY_S = 10.0  # once the first frame is up: a full collection of what the frames left
+FRAME_GAP_MAX_S = 1.0  # at a longer interval, what changes between samples (notices, a job) is drawn within this
 
 
 class CliffApp(App):
@@ -206,12 +207,13 @@ class CliffApp(App):
             self._drawn_at = now
 
     def _frame_due(self, now: float) -> bool:
-        """At most one frame a sampling interval, the first tick after the previous one's: what
-        arrives between (a server's reading, the machine's sample, out of phase) shares a frame.
-        A replay draws every tick, as its clock moves; keys and resizes draw at once."""
+        """At most one frame a sampling interval (at a longer one, a second), the first tick after
+        the previous one's: what arrives between (a server's reading, the machine's sample, out of
+        phase) shares a frame. A replay draws every tick, as its clock moves; keys and resizes
+        draw at once."""
         if self.session.player is not None:
             return True
-        return now - self._drawn_at >= self.session.interval - self._tick_s / 2
+        return now - self._drawn_at >= min(self.session.interval, FRAME_GAP_MAX_S) - self._tick_s / 2
 
     # --- drawing --------------------------------------------------------------------------
 
