@@ -185,9 +185,8 @@ class Poller:
             for key, why in reading.reasons.items()
             if why.startswith("unreadable")
         ]
-        new = [line for line in lines if line not in self._told]
-        if len(self._told) < TOLD_KEPT:
-            self._told.update(new)
+        new = [line for line in lines if line not in self._told][: max(0, TOLD_KEPT - len(self._told))]
+        self._told.update(new)  # once full, nothing more is logged: not a line on every poll
         return new
 
     def windows(self, reading: ServerReading) -> list[DecodeWindow]:
