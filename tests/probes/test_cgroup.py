@@ -385,4 +385,6 @@ def test_the_sampler_finds_a_memory_limit_at_its_next_search_and_reads_its_use_i
         child.kill()
         child.wait()
     assert (found.path, found.limit_bytes) == (fresh.path, fresh.limit_bytes) == (made.path, 96 * MiB)
-    assert later.usage_bytes >= found.usage_bytes + 30 * MiB  # read again between two searches
+    # read again between two searches (the kernel charges a cgroup in batches of 64 pages, so not
+    # every byte of the 30 MiB need show yet)
+    assert later.usage_bytes >= found.usage_bytes + 29 * MiB
