@@ -5,7 +5,6 @@ vLLM preempts, on the screen at 120×40 and in ``attach --once --json``; a dead 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ import urllib.request
 
 import pytest
 
+from cliff_process import cliff
 from cliff_tui.jobs.attach import AttachJob
 from cliff_tui.probes.endpoints import discovery
 from cliff_tui.probes.sampler import Sampler
@@ -106,15 +106,6 @@ def _children(pid: int):
     import psutil
 
     return psutil.Process(pid).children(recursive=True)
-
-
-def cliff(*argv: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tui")}
-    done = subprocess.run(
-        [sys.executable, "-m", "cliff_tui", *argv], capture_output=True, text=True, timeout=60, env=env
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 class Load:

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from chat import chat
+from cliff_process import cliff
 from cliff_tui.jobs.attach import AttachJob
 from cliff_tui.jobs.attach_once import attach_once
 from cliff_tui.probes.endpoints import discovery
@@ -153,15 +154,6 @@ def cache_state(log: str) -> tuple[int, float]:
     states = re.findall(r"cache state: (\d+) prompts, ([\d.]+) MiB", log)
     assert states, "the server never logged its cache state"
     return int(states[-1][0]), float(states[-1][1])
-
-
-def cliff(*argv: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tui")}
-    done = subprocess.run(
-        [sys.executable, "-m", "cliff_tui", *argv], capture_output=True, text=True, timeout=60, env=env
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def attach_for(url: str, seconds: float) -> tuple[Store, list[str]]:
